@@ -1,0 +1,297 @@
+"""LoopConfig: one frozen snapshot of everything the machine reads (specs/ P-*, Q-*).
+
+Three profiles (specs/profiles.md has the full table):
+
+* :func:`default` -- the seed's semantics, every layer on, every guard tight, the reference's
+  flaws fixed;
+* :func:`claude_code_2_1_88` -- the shipped build: its gates and every compatibility flag on;
+* :func:`full` -- the 2.1.88 build with every gate on (collapse on switches auto-compact off).
+
+Invalid values raise :class:`reducer.ConfigError` when the config is built, never in step().
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from reducer.errors import ConfigError
+
+__all__ = [
+    "Compat",
+    "Gates",
+    "LoopConfig",
+    "RetryPolicy",
+    "claude_code_2_1_88",
+    "default",
+    "full",
+    "PROFILES",
+    "profile",
+]
+
+
+def _positive(_inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{attr.name} must be a positive integer, got {value!r}")
+
+
+def _non_negative(_inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{attr.name} must be a non-negative integer, got {value!r}")
+
+
+def _opt_positive(inst: object, attr: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None:
+        _positive(inst, attr, value)
+
+
+def _bool(_inst: object, attr: attrs.Attribute[Any], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{attr.name} must be true or false, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Gates:
+    """Feature gates (specs/ P-GATE-*)."""
+
+    streaming_tool_execution: bool = attrs.field(default=True, validator=_bool)
+    tool_result_budget: bool = attrs.field(default=True, validator=_bool)
+    history_snip: bool = attrs.field(default=True, validator=_bool)
+    time_based_microcompact: bool = attrs.field(default=True, validator=_bool)
+    context_collapse: bool = attrs.field(default=True, validator=_bool)
+    auto_compact: bool = attrs.field(default=True, validator=_bool)
+    reactive_compact: bool = attrs.field(default=True, validator=_bool)
+    max_tokens_escalation: bool = attrs.field(default=True, validator=_bool)
+    token_budget: bool = attrs.field(default=True, validator=_bool)
+    tool_use_summaries: bool = attrs.field(default=False, validator=_bool)
+    fallback_on_overload: bool = attrs.field(default=True, validator=_bool)
+
+
+@attrs.frozen(kw_only=True)
+class Compat:
+    """Compatibility flags: each reproduces one flaw of the reference (facts file section 11).
+
+    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-11).
+    """
+
+    reescalate_after_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-1
+    ignore_midstream_hook_stop: bool = attrs.field(default=False, validator=_bool)  # Q-2
+    sticky_streaming_fallback: bool = attrs.field(default=False, validator=_bool)  # Q-3
+    blocking_limit_with_auto_compact: bool = attrs.field(default=False, validator=_bool)  # Q-4
+    out_of_order_safe_results: bool = attrs.field(default=False, validator=_bool)  # Q-5
+    unyielded_nudges: bool = attrs.field(default=False, validator=_bool)  # Q-6
+    no_tombstone_on_escalate: bool = attrs.field(default=False, validator=_bool)  # Q-7
+    image_error_skips_orphan_repair: bool = attrs.field(default=False, validator=_bool)  # Q-8
+    model_error_leaves_tools_running: bool = attrs.field(default=False, validator=_bool)  # Q-9
+    summary_dropped_on_abort: bool = attrs.field(default=False, validator=_bool)  # Q-10
+    stop_hook_active_cleared_by_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-11
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """API retries (specs/ R-RETRY-*). Backoff is deterministic: no jitter."""
+
+    max_retries: int = attrs.field(default=10, validator=_non_negative)
+    base_delay_ms: int = attrs.field(default=500, validator=_positive)
+    max_delay_ms: int = attrs.field(default=32_000, validator=_positive)
+    max_consecutive_529: int = attrs.field(default=3, validator=_positive)
+
+    def delay_ms(self, attempt: int, retry_after_ms: int | None) -> int:
+        """Delay before retry ``attempt`` (1-based): retry-after wins, else 500*2^(n-1) capped."""
+        if retry_after_ms is not None:
+            return max(0, retry_after_ms)
+        return min(self.base_delay_ms * (1 << min(attempt - 1, 30)), self.max_delay_ms)
+
+
+QUERY_SOURCES_NO_AUTOCOMPACT = frozenset({"compact", "session_memory", "marble_origami"})
+QUERY_SOURCES_NO_BLOCKING = frozenset({"compact", "session_memory"})
+
+
+@attrs.frozen(kw_only=True)
+class LoopConfig:
+    """Everything step() reads besides the state and the event. Build once, never mutate."""
+
+    profile_name: str = "default"
+    model: str = "claude-sonnet-4-5"
+    fallback_model: str | None = None
+    context_window: int = attrs.field(default=200_000, validator=_positive)
+    max_output_tokens: int = attrs.field(default=32_000, validator=_positive)
+    capped_max_output_tokens: int = attrs.field(default=8_000, validator=_positive)
+    escalated_max_output_tokens: int = attrs.field(default=64_000, validator=_positive)
+    max_output_tokens_env_override: int | None = attrs.field(default=None, validator=_opt_positive)
+    max_turns: int | None = attrs.field(default=None, validator=_opt_positive)
+    query_source: str = "repl_main_thread"
+    agent_id: str | None = None
+    # context thresholds (R-CTX-*)
+    summary_output_reserve: int = attrs.field(default=20_000, validator=_non_negative)
+    autocompact_buffer: int = attrs.field(default=13_000, validator=_non_negative)
+    blocking_buffer: int = attrs.field(default=3_000, validator=_non_negative)
+    max_autocompact_failures: int = attrs.field(default=3, validator=_positive)
+    autocompact_breaker_scope: Literal["turn", "session"] = "session"
+    snip_buffer: int = attrs.field(default=20_000, validator=_non_negative)
+    snip_keep_rounds: int = attrs.field(default=4, validator=_positive)
+    collapse_commit_pct: int = attrs.field(default=90, validator=_positive)
+    collapse_keep_rounds: int = attrs.field(default=2, validator=_positive)
+    microcompact_gap_ms: int = attrs.field(default=60 * 60 * 1000, validator=_positive)
+    microcompact_keep_recent: int = attrs.field(default=5, validator=_positive)
+    default_max_result_chars: int = attrs.field(default=50_000, validator=_positive)
+    per_message_result_chars: int = attrs.field(default=200_000, validator=_positive)
+    preview_chars: int = attrs.field(default=2_000, validator=_positive)
+    # recovery and hooks
+    mot_recovery_limit: int = attrs.field(default=3, validator=_non_negative)
+    stop_hook_block_cap: int | None = attrs.field(default=8, validator=_opt_positive)
+    strip_signatures_on_fallback: bool = attrs.field(default=True, validator=_bool)
+    collapse_disables_auto_compact: bool = attrs.field(default=False, validator=_bool)
+    # token budget (R-BUDGET-*)
+    budget_completion_pct: int = attrs.field(default=90, validator=_positive)
+    budget_diminishing_tokens: int = attrs.field(default=500, validator=_non_negative)
+    budget_min_continuations: int = attrs.field(default=3, validator=_non_negative)
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
+    gates: Gates = attrs.field(factory=Gates)
+    compat: Compat = attrs.field(factory=Compat)
+
+    def __attrs_post_init__(self) -> None:
+        if self.autocompact_breaker_scope not in ("turn", "session"):
+            raise ConfigError(
+                "autocompact_breaker_scope must be 'turn' or 'session', "
+                f"got {self.autocompact_breaker_scope!r}"
+            )
+        if self.collapse_commit_pct > 100 or self.budget_completion_pct > 100:
+            raise ConfigError("percentages must be at most 100")
+        if self.effective_window <= self.autocompact_buffer:
+            raise ConfigError(
+                f"context_window {self.context_window} leaves no room: effective window "
+                f"{self.effective_window} <= autocompact buffer {self.autocompact_buffer}"
+            )
+        if self.fallback_model is not None and self.fallback_model == self.model:
+            raise ConfigError("fallback_model must differ from model")
+
+    # --- derived thresholds (R-CTX-1) ---------------------------------------------------------
+
+    @property
+    def default_max_tokens(self) -> int:
+        """max_tokens for a call with no override: env override, else capped default, else
+        the model default (reference getMaxOutputTokensForModel)."""
+        if self.max_output_tokens_env_override is not None:
+            return self.max_output_tokens_env_override
+        if self.gates.max_tokens_escalation:
+            return min(self.max_output_tokens, self.capped_max_output_tokens)
+        return self.max_output_tokens
+
+    @property
+    def effective_window(self) -> int:
+        return self.context_window - min(self.default_max_tokens, self.summary_output_reserve)
+
+    @property
+    def autocompact_threshold(self) -> int:
+        return self.effective_window - self.autocompact_buffer
+
+    @property
+    def blocking_limit(self) -> int:
+        return self.effective_window - self.blocking_buffer
+
+    @property
+    def snip_threshold(self) -> int:
+        return self.effective_window - self.snip_buffer
+
+    @property
+    def collapse_threshold(self) -> int:
+        return self.effective_window * self.collapse_commit_pct // 100
+
+    @property
+    def auto_compact_enabled(self) -> bool:
+        """Auto-compact runs: gate on, not a recursion-prone source (G8), and not in the
+        reference's collapse-owns-it configuration (the full profile, P-FULL-1)."""
+        if not self.gates.auto_compact or self.query_source in QUERY_SOURCES_NO_AUTOCOMPACT:
+            return False
+        return not (self.gates.context_collapse and self.collapse_disables_auto_compact)
+
+    @property
+    def media_recovery_enabled(self) -> bool:
+        return self.gates.reactive_compact
+
+    @property
+    def is_subagent(self) -> bool:
+        return self.agent_id is not None or self.query_source.startswith("agent:")
+
+    def with_overrides(self, overrides: dict[str, Any]) -> LoopConfig:
+        """A copy with dotted keys replaced (``{"gates.reactive_compact": False}``).
+
+        Raises:
+            ConfigError: an unknown key, or a value the field rejects.
+        """
+        cfg: LoopConfig = self
+        for key, value in overrides.items():
+            cfg = _set_path(cfg, key.split("."), value, key)
+        return cfg
+
+
+def _set_path(obj: Any, path: list[str], value: Any, full: str) -> Any:
+    names = {f.name: f for f in attrs.fields(type(obj))}
+    head = path[0]
+    if head not in names:
+        raise ConfigError(
+            f"unknown config key {full!r}; {type(obj).__name__} has: {', '.join(sorted(names))}"
+        )
+    if len(path) > 1:
+        child = getattr(obj, head)
+        if not attrs.has(type(child)):
+            raise ConfigError(f"config key {full!r}: {head!r} has no sub-keys")
+        value = _set_path(child, path[1:], value, full)
+    elif attrs.has(type(getattr(obj, head))):
+        raise ConfigError(f"config key {full!r} is a group; set one of its keys")
+    try:
+        return attrs.evolve(obj, **{head: value})
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config key {full!r}: {e}") from None
+
+
+def default(**overrides: Any) -> LoopConfig:
+    """The default machine: the seed's semantics with every guard tight."""
+    return LoopConfig(**overrides)
+
+
+def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
+    """The shipped Claude Code 2.1.88 build: its gates, its constants, every quirk on."""
+    base = LoopConfig(
+        profile_name="claude_code_2_1_88",
+        gates=Gates(
+            history_snip=False,
+            time_based_microcompact=False,
+            context_collapse=False,
+            reactive_compact=False,
+            max_tokens_escalation=False,
+            tool_use_summaries=False,
+        ),
+        compat=Compat(**{f.name: True for f in attrs.fields(Compat)}),
+        autocompact_breaker_scope="turn",
+        stop_hook_block_cap=None,
+        strip_signatures_on_fallback=False,
+        collapse_disables_auto_compact=True,
+    )
+    return attrs.evolve(base, **overrides) if overrides else base
+
+
+def full(**overrides: Any) -> LoopConfig:
+    """The 2.1.88 build with every gate on; collapse then owns overflow (no auto-compact)."""
+    base = claude_code_2_1_88()
+    base = attrs.evolve(
+        base,
+        profile_name="full",
+        gates=Gates(tool_use_summaries=True),
+    )
+    return attrs.evolve(base, **overrides) if overrides else base
+
+
+PROFILES = {"default": default, "claude_code_2_1_88": claude_code_2_1_88, "full": full}
+
+
+def profile(name: str) -> LoopConfig:
+    """The named profile. Raises ConfigError for an unknown name."""
+    try:
+        return PROFILES[name]()
+    except KeyError:
+        raise ConfigError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}") from None

@@ -1,0 +1,199 @@
+"""The conversation: a persistent, append-only value with a chained digest (specs/ R-COST-1..3).
+
+Appending is O(1): a new node points at the previous one and carries the running length, the
+chained digest and the running token estimate. Equality is O(1) on (length, digest). Effects such
+as ``CallModel`` carry a ``Conversation`` without copying it; the shell materialises it once with
+:meth:`Conversation.messages`.
+
+Token accounting follows the reference (specs/ R-TOK-1): the context size is the usage total of
+the last response with real usage, anchored at the *first* record of that response, plus a rough
+estimate (UTF-16 length / 4, rounded half up; images 2,000) of every message after the anchor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from reducer.canonical import chain_digest
+from reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    Block,
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    SystemMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+
+__all__ = ["Conversation", "estimate_message", "estimate_text", "EMPTY_DIGEST"]
+
+EMPTY_DIGEST = b"\x00" * 16
+SYNTHETIC_MODEL = "<synthetic>"
+IMAGE_TOKENS = 2_000
+
+
+def _utf16_len(s: str) -> int:
+    if s.isascii():
+        return len(s)
+    return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
+
+
+def estimate_text(s: str) -> int:
+    """round(UTF-16 length / 4), half up (reference rough estimate)."""
+    return (_utf16_len(s) + 2) // 4
+
+
+def _estimate_block(b: Block) -> int:
+    if isinstance(b, TextBlock):
+        return estimate_text(b.text)
+    if isinstance(b, ToolResultBlock):
+        return estimate_text(b.content)
+    if isinstance(b, ToolUseBlock):
+        return estimate_text(b.name + json.dumps(b.input, sort_keys=True, ensure_ascii=False))
+    if isinstance(b, ThinkingBlock):
+        return estimate_text(b.thinking)
+    if isinstance(b, RedactedThinkingBlock):
+        return estimate_text(b.data)
+    if isinstance(b, ImageBlock):
+        return IMAGE_TOKENS
+    raise TypeError(type(b).__name__)
+
+
+def estimate_message(m: Message) -> int:
+    """Rough token estimate of one message; system notices are never sent, so count 0."""
+    if isinstance(m, (UserMessage, AssistantMessage)):
+        return sum(_estimate_block(b) for b in m.content)
+    if isinstance(m, AttachmentMessage):
+        return estimate_text(" ".join(f"{k}={v}" for k, v in m.data)) if m.data else 0
+    return 0
+
+
+def _has_real_usage(m: Message) -> bool:
+    return (
+        isinstance(m, AssistantMessage)
+        and m.usage is not None
+        and m.model != SYNTHETIC_MODEL
+        and m.api_error is None
+    )
+
+
+@attrs.frozen(eq=False, repr=False)
+class Conversation:
+    """An immutable message sequence. Build with :meth:`empty` / :meth:`of` / :meth:`append`."""
+
+    prev: Conversation | None
+    last: Message | None
+    length: int
+    digest: bytes
+    est_total: int
+    anchor_usage: int | None
+    est_at_anchor: int
+    # Bookkeeping for the anchor rule: the response the last assistant record belongs to and
+    # the running estimate right after its first record.
+    run_response_id: str | None
+    est_after_run_first: int
+
+    @staticmethod
+    def empty() -> Conversation:
+        return _EMPTY
+
+    @staticmethod
+    def of(messages: Any) -> Conversation:
+        c = _EMPTY
+        for m in messages:
+            c = c.append(m)
+        return c
+
+    def append(self, m: Message) -> Conversation:
+        est = self.est_total + estimate_message(m)
+        run_id = self.run_response_id
+        after_first = self.est_after_run_first
+        if isinstance(m, AssistantMessage):
+            if m.response_id != run_id:
+                run_id = m.response_id
+                after_first = est
+        anchor_usage = self.anchor_usage
+        est_at_anchor = self.est_at_anchor
+        if _has_real_usage(m):
+            assert isinstance(m, AssistantMessage) and m.usage is not None
+            anchor_usage = m.usage.total
+            est_at_anchor = after_first
+        return Conversation(
+            prev=self,
+            last=m,
+            length=self.length + 1,
+            digest=chain_digest(self.digest, m),
+            est_total=est,
+            anchor_usage=anchor_usage,
+            est_at_anchor=est_at_anchor,
+            run_response_id=run_id,
+            est_after_run_first=after_first,
+        )
+
+    def extend(self, ms: Any) -> Conversation:
+        c = self
+        for m in ms:
+            c = c.append(m)
+        return c
+
+    def token_count(self) -> int:
+        """Context size: last real usage + estimate of what came after (R-TOK-1)."""
+        if self.anchor_usage is None:
+            return self.est_total
+        return self.anchor_usage + (self.est_total - self.est_at_anchor)
+
+    def reversed(self) -> Iterator[Message]:
+        node: Conversation | None = self
+        while node is not None and node.last is not None:
+            yield node.last
+            node = node.prev
+
+    def messages(self) -> tuple[Message, ...]:
+        """All messages in order (O(n)); for the shell, not for the reducer's hot path."""
+        out = list(self.reversed())
+        out.reverse()
+        return tuple(out)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Conversation):
+            return NotImplemented
+        return self.length == other.length and self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"Conversation.of({list(self.messages())!r})"
+
+    def __canonical__(self) -> dict[str, Any]:
+        return {"length": self.length, "digest": self.digest.hex()}
+
+
+_EMPTY = Conversation(
+    prev=None,
+    last=None,
+    length=0,
+    digest=EMPTY_DIGEST,
+    est_total=0,
+    anchor_usage=None,
+    est_at_anchor=0,
+    run_response_id=None,
+    est_after_run_first=0,
+)
+
+_ = SystemMessage  # system notices are part of the conversation but estimate to 0

@@ -1,0 +1,184 @@
+"""LoopState, Session, Request and the per-round bookkeeping (specs/ R-STATE-*).
+
+All frozen; step() rebuilds what changes with ``attrs.evolve`` and shares the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import attrs
+
+from reducer.conversation import Conversation
+from reducer.events import ToolTraits
+from reducer.messages import AssistantMessage, Block, ToolResultBlock, Usage, UserMessage
+from reducer.transitions import Transition
+
+__all__ = [
+    "AutoCompactTracking",
+    "BudgetTracker",
+    "Ids",
+    "LoopState",
+    "Phase",
+    "PHASES",
+    "Request",
+    "Round",
+    "Session",
+    "Slot",
+]
+
+Phase: TypeAlias = Literal[
+    "compacting",
+    "streaming",
+    "waiting_retry",
+    "running_tools",
+    "draining",
+    "reactive_compacting",
+    "stop_hooks",
+    "done",
+]
+PHASES: tuple[Phase, ...] = (
+    "compacting",
+    "streaming",
+    "waiting_retry",
+    "running_tools",
+    "draining",
+    "reactive_compacting",
+    "stop_hooks",
+    "done",
+)
+
+SlotStatus: TypeAlias = Literal["queued", "asking", "running", "done"]
+
+
+@attrs.frozen(kw_only=True)
+class Ids:
+    """Per-kind id counters (R-ID-1): inserting an effect of one kind never renumbers another."""
+
+    msg: int = 0
+    call: int = 0
+    generation: int = 0
+    wait: int = 0
+    compact: int = 0
+    hooks: int = 0
+    summary: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Slot:
+    """One tool_use of the current attempt, in arrival (= tool_use) order."""
+
+    tool_use_id: str
+    name: str
+    input: dict[str, object] = attrs.field(factory=dict, hash=False)
+    traits: ToolTraits
+    status: SlotStatus = "queued"
+    result: ToolResultBlock | None = None
+    synthetic: bool = False
+    hook_stopped: bool = False
+    message: UserMessage | None = None  # set once the result is emitted
+
+
+@attrs.frozen(kw_only=True)
+class Round:
+    """One model call attempt and the tools it asked for.
+
+    ``retry_attempt``, ``consecutive_529`` and ``streaming`` survive retries within the round;
+    the rest is reset by every new attempt.
+    """
+
+    call_id: int = 0
+    generation: int = 0
+    streaming: bool = True
+    retry_attempt: int = 0
+    consecutive_529: int = 0
+    blocks: tuple[AssistantMessage, ...] = ()
+    slots: tuple[Slot, ...] = ()
+    ended: bool = False
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    withheld: AssistantMessage | None = None
+    error_message: AssistantMessage | None = None
+    sibling_error: str | None = None
+    hook_stop: bool = False
+    sticky_fallback: bool = False
+    pending_id: int = 0  # the outstanding wait / compaction / stop-hooks id
+    pending_terminal: Transition | None = None  # what a draining phase ends with
+    summary_due: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AutoCompactTracking:
+    compacted: bool = False
+    turn_counter: int = 0
+    consecutive_failures: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class BudgetTracker:
+    continuation_count: int = 0
+    last_delta_tokens: int = 0
+    last_global_turn_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Request:
+    """A user turn's input. ``prompt`` is text or blocks; budgets are optional."""
+
+    prompt: str | tuple[Block, ...]
+    token_budget: int | None = None
+    task_budget: int | None = None
+    at_ms: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Session:
+    """What carries from one user turn to the next (R-SESSION-1)."""
+
+    conversation: Conversation = attrs.field(factory=Conversation.empty)
+    model: str | None = None  # a sticky fallback model, once switched
+    autocompact_failures: int = 0  # used when the breaker is session-scoped
+    last_assistant_at_ms: int | None = None
+    ids: Ids = attrs.field(factory=Ids)
+
+
+@attrs.frozen(kw_only=True)
+class LoopState:
+    """The whole machine state between two events."""
+
+    phase: Phase
+    conversation: Conversation
+    model: str
+    turn_count: int = 1
+    transition: Transition | None = None
+    mot_recovery_count: int = 0
+    has_attempted_reactive_compact: bool = False
+    max_output_tokens_override: int | None = None
+    escalated: bool = False
+    stop_hook_active: bool = False
+    stop_hook_blocks: int = 0
+    tracking: AutoCompactTracking = attrs.field(factory=AutoCompactTracking)
+    compacted_this_round: bool = False
+    tokens_freed: int = 0
+    token_budget: int | None = None
+    budget: BudgetTracker = attrs.field(factory=BudgetTracker)
+    turn_output_tokens: int = 0
+    task_budget_total: int | None = None
+    task_budget_remaining: int | None = None
+    last_assistant_at_ms: int | None = None
+    queued_commands: tuple[tuple[str, str], ...] = ()
+    consumed_commands: tuple[str, ...] = ()
+    summary_id: int = 0  # the outstanding tool-use summary (0: none)
+    summary_text: str | None = None
+    round: Round = attrs.field(factory=Round)
+    ids: Ids = attrs.field(factory=Ids)
+
+    def session(self) -> Session:
+        """The session to start the next user turn from (meaningful once the turn ended)."""
+        return Session(
+            conversation=self.conversation,
+            model=self.model,
+            autocompact_failures=self.tracking.consecutive_failures,
+            last_assistant_at_ms=self.last_assistant_at_ms,
+            ids=self.ids,
+        )
