@@ -92,8 +92,10 @@ class Round:
     streaming: bool = True
     retry_attempt: int = 0
     consecutive_529: int = 0
+    max_tokens: int = 0
     blocks: tuple[AssistantMessage, ...] = ()
     slots: tuple[Slot, ...] = ()
+    results: tuple[UserMessage, ...] = ()  # tool results in emission order
     ended: bool = False
     stop_reason: str | None = None
     usage: Usage | None = None
@@ -104,6 +106,7 @@ class Round:
     sticky_fallback: bool = False
     pending_id: int = 0  # the outstanding wait / compaction / stop-hooks id
     pending_terminal: Transition | None = None  # what a draining phase ends with
+    abort_kind: str | None = None  # "hard" or "submit" once the round was interrupted
     summary_due: bool = False
 
 
@@ -170,6 +173,8 @@ class LoopState:
     consumed_commands: tuple[str, ...] = ()
     summary_id: int = 0  # the outstanding tool-use summary (0: none)
     summary_text: str | None = None
+    summary_tool_ids: tuple[str, ...] = ()
+    last_usage: Usage | None = None
     round: Round = attrs.field(factory=Round)
     ids: Ids = attrs.field(factory=Ids)
 
