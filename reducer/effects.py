@@ -7,7 +7,7 @@ concurrently, except that ``Emit`` items keep their order and ``Finish`` is alwa
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
@@ -73,7 +73,7 @@ class AskPermission:
     generation: int
     tool_use_id: str
     name: str
-    input: dict[str, object] = attrs.field(factory=dict, hash=False)
+    input: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -82,7 +82,7 @@ class StartTool:
     generation: int
     tool_use_id: str
     name: str
-    input: dict[str, object] = attrs.field(factory=dict, hash=False)
+    input: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 @attrs.frozen(kw_only=True)

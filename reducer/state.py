@@ -5,7 +5,7 @@ All frozen; step() rebuilds what changes with ``attrs.evolve`` and shares the re
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -70,7 +70,7 @@ class Slot:
 
     tool_use_id: str
     name: str
-    input: dict[str, object] = attrs.field(factory=dict, hash=False)
+    input: dict[str, Any] = attrs.field(factory=dict, hash=False)
     traits: ToolTraits
     status: SlotStatus = "queued"
     result: ToolResultBlock | None = None

@@ -1,0 +1,119 @@
+"""A tiny synchronous driver for reducer tests: feed events, collect effects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reducer import LoopConfig, LoopState, Request, Session, start, step
+from reducer.effects import (
+    AskPermission,
+    CallModel,
+    Compact,
+    Effect,
+    Emit,
+    Finish,
+    RunStopHooks,
+    StartTool,
+    Wait,
+)
+from reducer.events import (
+    Event,
+    ModelBlockReceived,
+    ModelResponseEnded,
+    PermissionAnswered,
+    StopHooksFinished,
+    ToolFinished,
+    ToolTraits,
+)
+from reducer.messages import Emitted, TextBlock, ToolUseBlock, Usage
+
+SAFE = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
+UNSAFE = ToolTraits(concurrency_safe=False)
+BASH = ToolTraits(concurrency_safe=False, interrupt="cancel", cancels_siblings_on_error=True)
+
+
+def usage(inp: int = 100, out: int = 10) -> Usage:
+    return Usage(input_tokens=inp, output_tokens=out)
+
+
+class Driver:
+    """Starts a turn and keeps the latest state and every effect returned so far."""
+
+    def __init__(
+        self,
+        cfg: LoopConfig,
+        prompt: str = "do the thing",
+        session: Session | None = None,
+        **request: Any,
+    ) -> None:
+        self.cfg = cfg
+        self.state, fx = start(Request(prompt=prompt, **request), cfg, session)
+        self.effects: list[Effect] = list(fx)
+        self.last: tuple[Effect, ...] = fx
+
+    def feed(self, event: Event) -> tuple[Effect, ...]:
+        self.state, fx = step(self.state, event, self.cfg)
+        self.effects.extend(fx)
+        self.last = fx
+        return fx
+
+    # --- convenience -------------------------------------------------------------------
+    @property
+    def call_id(self) -> int:
+        return self.state.round.call_id
+
+    @property
+    def generation(self) -> int:
+        return self.state.round.generation
+
+    def block(self, block: Any, tool: ToolTraits | None = None, complete: bool = True) -> tuple[Effect, ...]:
+        return self.feed(ModelBlockReceived(call_id=self.call_id, block=block, tool=tool, input_complete=complete))
+
+    def text(self, text: str) -> tuple[Effect, ...]:
+        return self.block(TextBlock(text=text))
+
+    def tool_use(self, tid: str, name: str = "Read", traits: ToolTraits = SAFE, **inp: Any) -> tuple[Effect, ...]:
+        return self.block(ToolUseBlock(id=tid, name=name, input=dict(inp)), tool=traits)
+
+    def end(self, stop_reason: str = "end_turn", u: Usage | None = None, at_ms: int = 0) -> tuple[Effect, ...]:
+        return self.feed(
+            ModelResponseEnded(call_id=self.call_id, model=self.state.model, stop_reason=stop_reason, usage=u or usage(), at_ms=at_ms)
+        )
+
+    def allow(self, tid: str) -> tuple[Effect, ...]:
+        return self.feed(PermissionAnswered(generation=self.generation, tool_use_id=tid, decision="allow"))
+
+    def finish_tool(self, tid: str, content: str = "ok", is_error: bool = False, **kw: Any) -> tuple[Effect, ...]:
+        return self.feed(ToolFinished(generation=self.generation, tool_use_id=tid, content=content, is_error=is_error, **kw))
+
+    def hooks_pass(self) -> tuple[Effect, ...]:
+        return self.feed(StopHooksFinished(hooks_id=self.state.round.pending_id))
+
+    def reply(self, text: str = "done", u: Usage | None = None) -> tuple[Effect, ...]:
+        self.text(text)
+        return self.end("end_turn", u)
+
+    # --- queries -----------------------------------------------------------------------
+    def emitted(self) -> list[Emitted]:
+        return [e.item for e in self.effects if isinstance(e, Emit)]
+
+    def of(self, kind: type) -> list[Any]:
+        return [e for e in self.effects if isinstance(e, kind)]
+
+    @property
+    def phase(self) -> str:
+        return self.state.phase
+
+    @property
+    def transition(self) -> Any:
+        return self.state.transition
+
+    def finished(self) -> Finish | None:
+        fins = self.of(Finish)
+        return fins[-1] if fins else None
+
+
+__all__ = [
+    "BASH", "SAFE", "UNSAFE", "AskPermission", "CallModel", "Compact", "Driver", "Emit", "Finish",
+    "LoopState", "RunStopHooks", "StartTool", "Wait", "usage",
+]
