@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["to_data", "canonical_bytes", "digest_bytes", "chain_digest"]
+__all__ = ["canonical_bytes", "chain_digest", "digest_bytes", "to_data"]
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 

@@ -19,6 +19,7 @@ import attrs
 from reducer.errors import ConfigError
 
 __all__ = [
+    "PROFILES",
     "Compat",
     "Gates",
     "LoopConfig",
@@ -26,7 +27,6 @@ __all__ = [
     "claude_code_2_1_88",
     "default",
     "full",
-    "PROFILES",
     "profile",
 ]
 
@@ -294,4 +294,6 @@ def profile(name: str) -> LoopConfig:
     try:
         return PROFILES[name]()
     except KeyError:
-        raise ConfigError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}") from None
+        raise ConfigError(
+            f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}"
+        ) from None

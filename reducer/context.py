@@ -26,8 +26,8 @@ from reducer.messages import (
 )
 
 __all__ = [
-    "COMPACTABLE_TOOLS",
     "CLEARED_RESULT",
+    "COMPACTABLE_TOOLS",
     "collapse",
     "microcompact",
     "persisted_preview",
@@ -135,7 +135,11 @@ def collapse(
     n = prior + sum(len(s) for s in segs[:folded])
     stub = UserMessage(
         id=stub_id,
-        content=(TextBlock(text=f"[Context collapsed: {n} earlier messages folded; tools used: {tools}]"),),
+        content=(
+            TextBlock(
+                text=f"[Context collapsed: {n} earlier messages folded; tools used: {tools}]"
+            ),
+        ),
         is_meta=True,
         origin="collapse",
     )
@@ -163,7 +167,10 @@ def microcompact(conv: Conversation, keep_recent: int) -> tuple[Conversation, in
         blocks = list(m.content)
         for j in range(len(blocks) - 1, -1, -1):
             b = blocks[j]
-            if not isinstance(b, ToolResultBlock) or names.get(b.tool_use_id) not in COMPACTABLE_TOOLS:
+            if (
+                not isinstance(b, ToolResultBlock)
+                or names.get(b.tool_use_id) not in COMPACTABLE_TOOLS
+            ):
                 continue
             seen += 1
             if seen > keep and b.content != CLEARED_RESULT:

@@ -34,7 +34,7 @@ from reducer.messages import (
     UserMessage,
 )
 
-__all__ = ["Conversation", "estimate_message", "estimate_text", "EMPTY_DIGEST"]
+__all__ = ["EMPTY_DIGEST", "Conversation", "estimate_message", "estimate_text"]
 
 EMPTY_DIGEST = b"\x00" * 16
 SYNTHETIC_MODEL = "<synthetic>"

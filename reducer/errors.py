@@ -22,7 +22,9 @@ class IllegalEvent(SteploopError):
         allowed: names of the event types the phase accepts.
     """
 
-    def __init__(self, phase: str, event: object, allowed: tuple[str, ...], detail: str = "") -> None:
+    def __init__(
+        self, phase: str, event: object, allowed: tuple[str, ...], detail: str = ""
+    ) -> None:
         self.phase = phase
         self.event = event
         self.allowed = allowed

@@ -15,11 +15,11 @@ import attrs
 from reducer.messages import Block, Message, Usage
 
 __all__ = [
+    "FAILURE_KINDS",
     "CommandQueued",
     "CompactionFailed",
     "CompactionFinished",
     "Event",
-    "FAILURE_KINDS",
     "Interrupted",
     "ModelBlockReceived",
     "ModelCallFailed",

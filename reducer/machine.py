@@ -121,7 +121,7 @@ from reducer.transitions import (
     TokenBudgetContinuation,
 )
 
-__all__ = ["TABLE", "start", "step", "allowed_events"]
+__all__ = ["TABLE", "allowed_events", "start", "step"]
 
 FX = list[Effect]
 Handler = Callable[[LoopState, Any, LoopConfig, FX], LoopState]
@@ -166,7 +166,9 @@ def _breaker_tripped(s: LoopState, cfg: LoopConfig) -> bool:
     return s.tracking.consecutive_failures >= cfg.max_autocompact_failures  # [G6]
 
 
-def _api_error(s: LoopState, kind: str, text: str, status: int | None = None) -> tuple[LoopState, AssistantMessage]:
+def _api_error(
+    s: LoopState, kind: str, text: str, status: int | None = None
+) -> tuple[LoopState, AssistantMessage]:
     """A synthetic assistant API-error message (never sent back to the model)."""
     s, mid = _msg_id(s)
     return s, AssistantMessage(
@@ -179,12 +181,16 @@ def _api_error(s: LoopState, kind: str, text: str, status: int | None = None) ->
     )
 
 
-def _user(s: LoopState, text: str, *, origin: str, meta: bool = False) -> tuple[LoopState, UserMessage]:
+def _user(
+    s: LoopState, text: str, *, origin: str, meta: bool = False
+) -> tuple[LoopState, UserMessage]:
     s, mid = _msg_id(s)
     return s, UserMessage(id=mid, content=(TextBlock(text=text),), is_meta=meta, origin=origin)
 
 
-def _system(s: LoopState, subtype: str, text: str, level: str = "info") -> tuple[LoopState, SystemMessage]:
+def _system(
+    s: LoopState, subtype: str, text: str, level: str = "info"
+) -> tuple[LoopState, SystemMessage]:
     s, mid = _msg_id(s)
     return s, SystemMessage(id=mid, subtype=subtype, text=text, level=level)
 
@@ -228,7 +234,9 @@ def _desc(slot: Slot) -> str:
 # =============================================================================================
 
 
-def start(request: Request, config: LoopConfig, session: Session | None = None) -> tuple[LoopState, tuple[Effect, ...]]:
+def start(
+    request: Request, config: LoopConfig, session: Session | None = None
+) -> tuple[LoopState, tuple[Effect, ...]]:
     """Open a user turn.
 
     Args:
@@ -241,7 +249,9 @@ def start(request: Request, config: LoopConfig, session: Session | None = None) 
         pipeline runs (usually ending in ``CallModel``).
     """
     session = session or Session()
-    content = (TextBlock(text=request.prompt),) if isinstance(request.prompt, str) else request.prompt
+    content = (
+        (TextBlock(text=request.prompt),) if isinstance(request.prompt, str) else request.prompt
+    )
     failures = session.autocompact_failures if config.autocompact_breaker_scope == "session" else 0
     s = LoopState(
         phase="streaming",
@@ -267,7 +277,9 @@ def start(request: Request, config: LoopConfig, session: Session | None = None) 
 
 
 def _begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    s = evolve(s, round=Round(call_id=s.ids.call, generation=s.ids.generation), compacted_this_round=False)
+    s = evolve(
+        s, round=Round(call_id=s.ids.call, generation=s.ids.generation), compacted_this_round=False
+    )
     gates = cfg.gates
     # [S-SNIP-1] snip (steploop rule)
     if gates.history_snip and _count(s) >= cfg.snip_threshold:
@@ -275,7 +287,12 @@ def _begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             s.conversation, _count(s), cfg.snip_threshold, cfg.snip_keep_rounds, f"m{s.ids.msg + 1}"
         )
         if boundary is not None:
-            s = evolve(s, conversation=conv, tokens_freed=s.tokens_freed + freed, ids=evolve(s.ids, msg=s.ids.msg + 1))
+            s = evolve(
+                s,
+                conversation=conv,
+                tokens_freed=s.tokens_freed + freed,
+                ids=evolve(s.ids, msg=s.ids.msg + 1),
+            )
             fx.append(Emit(item=boundary))
     # [R-CTX-3] time-based microcompact: the clock is the triggering event's at_ms
     if (
@@ -290,14 +307,31 @@ def _begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     # [S-COLLAPSE-1] context collapse commit (steploop rule), nothing emitted
     if gates.context_collapse and _count(s) >= cfg.collapse_threshold:
         conv, freed, committed = collapse(
-            s.conversation, _count(s), cfg.collapse_threshold, cfg.collapse_keep_rounds, f"m{s.ids.msg + 1}"
+            s.conversation,
+            _count(s),
+            cfg.collapse_threshold,
+            cfg.collapse_keep_rounds,
+            f"m{s.ids.msg + 1}",
         )
         if committed:
-            s = evolve(s, conversation=conv, tokens_freed=s.tokens_freed + freed, ids=evolve(s.ids, msg=s.ids.msg + 1))
+            s = evolve(
+                s,
+                conversation=conv,
+                tokens_freed=s.tokens_freed + freed,
+                ids=evolve(s.ids, msg=s.ids.msg + 1),
+            )
     # [R-CTX-4] auto-compact, guarded by the breaker [G6] and the recursion guards [G8]
-    if cfg.auto_compact_enabled and not _breaker_tripped(s, cfg) and _count(s) >= cfg.autocompact_threshold:
+    if (
+        cfg.auto_compact_enabled
+        and not _breaker_tripped(s, cfg)
+        and _count(s) >= cfg.autocompact_threshold
+    ):
         cid = s.ids.compact + 1
-        fx.append(Compact(compact_id=cid, conversation=s.conversation, trigger="auto", pre_tokens=_count(s)))
+        fx.append(
+            Compact(
+                compact_id=cid, conversation=s.conversation, trigger="auto", pre_tokens=_count(s)
+            )
+        )
         return evolve(
             s,
             phase="compacting",
@@ -375,7 +409,9 @@ def _late_call(s: LoopState, e: ModelBlockReceived | ModelResponseEnded | ModelC
     if e.call_id < s.round.call_id:
         return True
     if e.call_id > s.round.call_id:
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"no model call {e.call_id} was made")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"no model call {e.call_id} was made"
+        )
     return False
 
 
@@ -408,7 +444,12 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
                 ),
             )
         elif r.sibling_error is not None:  # [R-TOOL-7] later calls of an errored round
-            slot = evolve(slot, status="done", synthetic=True, result=_sibling_result(block.id, r.sibling_error))
+            slot = evolve(
+                slot,
+                status="done",
+                synthetic=True,
+                result=_sibling_result(block.id, r.sibling_error),
+            )
         r = evolve(r, slots=(*r.slots, slot))
         s = evolve(s, round=r)
         s = _schedule(s, cfg, fx)
@@ -440,7 +481,14 @@ def _schedule(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
         allowed_now = r.ended or (safe and cfg.gates.streaming_tool_execution)
         if allowed_now and (not busy or (safe and all_safe)):
             slots[i] = evolve(sl, status="asking")
-            fx.append(AskPermission(generation=r.generation, tool_use_id=sl.tool_use_id, name=sl.name, input=sl.input))
+            fx.append(
+                AskPermission(
+                    generation=r.generation,
+                    tool_use_id=sl.tool_use_id,
+                    name=sl.name,
+                    input=sl.input,
+                )
+            )
             busy = True
             all_safe = all_safe and safe
             changed = True
@@ -470,7 +518,9 @@ def _release(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
             slots[i] = evolve(sl, message=msg)
             results.append(msg)
             changed = True
-        elif not out_of_order or (sl.status in ("asking", "running") and not sl.traits.concurrency_safe):
+        elif not out_of_order or (
+            sl.status in ("asking", "running") and not sl.traits.concurrency_safe
+        ):
             break
     if not changed:
         return s
@@ -484,13 +534,17 @@ def _find_slot(s: LoopState, e: ToolFinished | PermissionAnswered) -> tuple[int,
     if e.generation < r.generation:
         return None
     if e.generation > r.generation:
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"no tool generation {e.generation} exists")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"no tool generation {e.generation} exists"
+        )
     for i, sl in enumerate(r.slots):
         if sl.tool_use_id == e.tool_use_id:
             if sl.status == "done" and sl.synthetic:
                 return None
             return i, sl
-    raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"no tool call {e.tool_use_id!r} in this round")
+    raise IllegalEvent(
+        s.phase, e, allowed_events(s.phase), f"no tool call {e.tool_use_id!r} in this round"
+    )
 
 
 def _set_slot(s: LoopState, i: int, slot: Slot) -> LoopState:
@@ -505,10 +559,19 @@ def on_permission(s: LoopState, e: PermissionAnswered, cfg: LoopConfig, fx: FX) 
         return s
     i, sl = found
     if sl.status != "asking":
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"tool {e.tool_use_id!r} is {sl.status}, not asking")
+        raise IllegalEvent(
+            s.phase,
+            e,
+            allowed_events(s.phase),
+            f"tool {e.tool_use_id!r} is {sl.status}, not asking",
+        )
     r = s.round
     if e.decision == "allow":
-        fx.append(StartTool(generation=r.generation, tool_use_id=sl.tool_use_id, name=sl.name, input=sl.input))
+        fx.append(
+            StartTool(
+                generation=r.generation, tool_use_id=sl.tool_use_id, name=sl.name, input=sl.input
+            )
+        )
         return _set_slot(s, i, evolve(sl, status="running"))
     if e.decision == "deny_by_rule":  # [R-PERM-2] an error result; the round goes on
         why = f" {e.reason}" if e.reason else ""
@@ -526,9 +589,7 @@ def on_permission(s: LoopState, e: PermissionAnswered, cfg: LoopConfig, fx: FX) 
     assert_never(e.decision)
 
 
-def _budget_result(
-    s: LoopState, sl: Slot, e: ToolFinished, cfg: LoopConfig, fx: FX
-) -> str:
+def _budget_result(s: LoopState, sl: Slot, e: ToolFinished, cfg: LoopConfig, fx: FX) -> str:
     """[R-CTX-0] tool-result budget: an oversized result is replaced by a preview and a
     reference, decided once when the result arrives (so frozen per tool_use_id)."""
     content = e.content
@@ -549,7 +610,12 @@ def on_tool_finished(s: LoopState, e: ToolFinished, cfg: LoopConfig, fx: FX) -> 
         return s
     i, sl = found
     if sl.status != "running":
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"tool {e.tool_use_id!r} is {sl.status}, not running")
+        raise IllegalEvent(
+            s.phase,
+            e,
+            allowed_events(s.phase),
+            f"tool {e.tool_use_id!r} is {sl.status}, not running",
+        )
     content = _budget_result(s, sl, e, cfg, fx)
     # [T-HOOK-1] / [Q-2]: the reference ignores hook stops of tools finishing mid-stream
     hook = e.hook_stopped and not (cfg.compat.ignore_midstream_hook_stop and not s.round.ended)
@@ -574,9 +640,13 @@ def _cancel_siblings(s: LoopState, failed: Slot, fx: FX) -> LoopState:
             continue
         if sl.status in ("asking", "running"):
             cancel.append(sl.tool_use_id)
-        slots[i] = evolve(sl, status="done", synthetic=True, result=_sibling_result(sl.tool_use_id, desc))
+        slots[i] = evolve(
+            sl, status="done", synthetic=True, result=_sibling_result(sl.tool_use_id, desc)
+        )
     if cancel:
-        fx.append(CancelTools(generation=r.generation, tool_use_ids=tuple(cancel), reason="sibling_error"))
+        fx.append(
+            CancelTools(generation=r.generation, tool_use_ids=tuple(cancel), reason="sibling_error")
+        )
     return evolve(s, round=evolve(r, slots=tuple(slots), sibling_error=desc))
 
 
@@ -630,7 +700,9 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
 def _emit_ready_summary(s: LoopState, fx: FX) -> LoopState:
     if s.summary_text is None:
         return s
-    fx.append(Emit(item=ToolUseSummary(summary=s.summary_text, preceding_tool_use_ids=s.summary_tool_ids)))
+    fx.append(
+        Emit(item=ToolUseSummary(summary=s.summary_text, preceding_tool_use_ids=s.summary_tool_ids))
+    )
     return evolve(s, summary_text=None, summary_id=0, summary_tool_ids=())
 
 
@@ -648,7 +720,9 @@ def _discard_attempt(s: LoopState, fx: FX, *, tombstone: bool) -> LoopState:
     running = tuple(sl.tool_use_id for sl in r.slots if sl.status in ("asking", "running"))
     if running:
         fx.append(CancelTools(generation=r.generation, tool_use_ids=running, reason="discarded"))
-    return evolve(s, round=evolve(r, blocks=(), slots=(), results=(), sibling_error=None, hook_stop=False))
+    return evolve(
+        s, round=evolve(r, blocks=(), slots=(), results=(), sibling_error=None, hook_stop=False)
+    )
 
 
 def _synthesize_results(s: LoopState, fx: FX, text: str, *, store: bool) -> LoopState:
@@ -658,7 +732,9 @@ def _synthesize_results(s: LoopState, fx: FX, text: str, *, store: bool) -> Loop
     for i, sl in enumerate(slots):
         if sl.status != "done":
             slots[i] = evolve(
-                sl, status="done", synthetic=True,
+                sl,
+                status="done",
+                synthetic=True,
                 result=ToolResultBlock(tool_use_id=sl.tool_use_id, content=text, is_error=True),
             )
     s = evolve(s, round=evolve(r, slots=tuple(slots)))
@@ -700,7 +776,9 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         if not cfg.compat.image_error_skips_orphan_repair:  # [Q-8]
             s = _synthesize_results(s, fx, e.message or "Image error", store=True)
         s = _cancel_running(s, fx, "model_error")
-        s, err = _api_error(s, "image_client", e.message or "Image could not be processed", e.status)
+        s, err = _api_error(
+            s, "image_client", e.message or "Image could not be processed", e.status
+        )
         fx.append(Emit(item=err))
         s = _commit(s, [err])
         return _finish(s, cfg, fx, ImageError())
@@ -740,7 +818,9 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
     s, err = _api_error(s, "unknown", f"API Error: {text}", e.status)
     fx.append(Emit(item=err))
     s = _commit(s, [err])
-    return _finish(s, cfg, fx, ModelError(error=ErrorInfo(kind=e.kind, message=text, status=e.status)))
+    return _finish(
+        s, cfg, fx, ModelError(error=ErrorInfo(kind=e.kind, message=text, status=e.status))
+    )
 
 
 def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
@@ -748,7 +828,11 @@ def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopSta
     policy = cfg.retry
     c529 = r.consecutive_529 + 1 if e.kind == "overloaded" else 0
     s = evolve(s, round=evolve(r, consecutive_529=c529))
-    if e.kind == "overloaded" and cfg.gates.fallback_on_overload and c529 >= policy.max_consecutive_529:
+    if (
+        e.kind == "overloaded"
+        and cfg.gates.fallback_on_overload
+        and c529 >= policy.max_consecutive_529
+    ):
         fb = cfg.fallback_model
         if fb is not None and s.model != fb:
             return _model_fallback(s, cfg, fx, fb)
@@ -795,12 +879,19 @@ def _model_fallback(s: LoopState, cfg: LoopConfig, fx: FX, fallback: str) -> Loo
     """[R-RETRY-2] consecutive 529s with a fallback model: orphans answered, switch, retry."""
     s = _synthesize_results(s, fx, FALLBACK_RESULT, store=False)
     s = _discard_attempt(s, fx, tombstone=False)
-    s, notice = _system(s, "model_fallback", f"Switched to {fallback} due to high demand for {s.model}", "warning")
+    s, notice = _system(
+        s, "model_fallback", f"Switched to {fallback} due to high demand for {s.model}", "warning"
+    )
     fx.append(Emit(item=notice))
     conv = s.conversation
     if cfg.strip_signatures_on_fallback:
         conv = _strip_thinking(conv)
-    s = evolve(s, model=fallback, conversation=conv, round=evolve(s.round, retry_attempt=0, consecutive_529=0))
+    s = evolve(
+        s,
+        model=fallback,
+        conversation=conv,
+        round=evolve(s.round, retry_attempt=0, consecutive_529=0),
+    )
     return _call_model(s, cfg, fx)
 
 
@@ -813,7 +904,9 @@ def _strip_thinking(conv: Conversation) -> Conversation:
             isinstance(b, (ThinkingBlock, RedactedThinkingBlock)) for b in m.content
         ):
             changed = True
-            kept = tuple(b for b in m.content if not isinstance(b, (ThinkingBlock, RedactedThinkingBlock)))
+            kept = tuple(
+                b for b in m.content if not isinstance(b, (ThinkingBlock, RedactedThinkingBlock))
+            )
             if kept:
                 out.append(evolve(m, content=kept))
             continue
@@ -823,7 +916,9 @@ def _strip_thinking(conv: Conversation) -> Conversation:
 
 def on_wait_elapsed(s: LoopState, e: WaitElapsed, cfg: LoopConfig, fx: FX) -> LoopState:
     if e.wait_id != s.round.pending_id:
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"wait {e.wait_id} is not outstanding")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"wait {e.wait_id} is not outstanding"
+        )
     return _call_model(s, cfg, fx)
 
 
@@ -839,9 +934,16 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     if kind == "prompt_too_long":
         # [C-COLLAPSE-1] drain staged collapses once [G4]
         if cfg.gates.context_collapse and not isinstance(s.transition, CollapseDrainRetry):
-            conv, freed, committed = collapse(s.conversation, _count(s), None, 1, f"m{s.ids.msg + 1}")
+            conv, freed, committed = collapse(
+                s.conversation, _count(s), None, 1, f"m{s.ids.msg + 1}"
+            )
             if committed > 0:
-                s = evolve(s, conversation=conv, tokens_freed=s.tokens_freed + freed, ids=evolve(s.ids, msg=s.ids.msg + 1))
+                s = evolve(
+                    s,
+                    conversation=conv,
+                    tokens_freed=s.tokens_freed + freed,
+                    ids=evolve(s.ids, msg=s.ids.msg + 1),
+                )
                 return _continue(s, cfg, fx, CollapseDrainRetry(committed=committed), now)
         if cfg.gates.reactive_compact and not s.has_attempted_reactive_compact:
             return _reactive_compact(s, cfg, fx)  # [C-REACTIVE-1]
@@ -856,7 +958,9 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         s = _commit(s, [r.error_message])
         return _finish(s, cfg, fx, Completed())
     hid = s.ids.hooks + 1
-    s = evolve(s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid))
+    s = evolve(
+        s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid)
+    )
     fx.append(
         RunStopHooks(
             hooks_id=hid,
@@ -878,8 +982,17 @@ def _surface(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopS
 
 def _reactive_compact(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     cid = s.ids.compact + 1
-    fx.append(Compact(compact_id=cid, conversation=s.conversation, trigger="reactive", pre_tokens=_count(s)))
-    return evolve(s, phase="reactive_compacting", ids=evolve(s.ids, compact=cid), round=evolve(s.round, pending_id=cid))
+    fx.append(
+        Compact(
+            compact_id=cid, conversation=s.conversation, trigger="reactive", pre_tokens=_count(s)
+        )
+    )
+    return evolve(
+        s,
+        phase="reactive_compacting",
+        ids=evolve(s.ids, compact=cid),
+        round=evolve(s.round, pending_id=cid),
+    )
 
 
 def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
@@ -912,16 +1025,22 @@ def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 
 def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
     if e.hooks_id != s.round.pending_id:
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"stop hooks {e.hooks_id} are not running")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"stop hooks {e.hooks_id} are not running"
+        )
     if e.error is not None:  # the hooks failed: warn and carry on as if they passed [R-HOOK-4]
         s, warn = _system(s, "stop_hook_error", f"Stop hook failed: {e.error}", "warning")
         fx.append(Emit(item=warn))
     extra: list[Message] = []
     if e.hook_count:
-        s, summary = _system(s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion")
+        s, summary = _system(
+            s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion"
+        )
         fx.append(Emit(item=summary))
     if e.prevent:  # [T-PREVENT-1]
-        s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "Stop"), ("stopReason", e.stop_reason)))
+        s, att = _attachment(
+            s, "hook_stopped_continuation", (("hookName", "Stop"), ("stopReason", e.stop_reason))
+        )
         fx.append(Emit(item=att))
         s = _commit(s, [*extra, att])
         return _finish(s, cfg, fx, StopHookPrevented())
@@ -998,7 +1117,13 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     if cfg.gates.tool_use_summaries and not cfg.is_subagent:  # [R-SUM-1]
         sid = s.ids.summary + 1
         fx.append(SummarizeToolUse(summary_id=sid, tool_use_ids=ids, conversation=s.conversation))
-        s = evolve(s, ids=evolve(s.ids, summary=sid), summary_id=sid, summary_text=None, summary_tool_ids=ids)
+        s = evolve(
+            s,
+            ids=evolve(s.ids, summary=sid),
+            summary_id=sid,
+            summary_text=None,
+            summary_tool_ids=ids,
+        )
     if r.hook_stop:  # [T-HOOK-1]
         s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "PostToolUse"),))
         fx.append(Emit(item=att))
@@ -1023,7 +1148,9 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 
 def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int) -> LoopState:
     assert cfg.max_turns is not None
-    s, att = _attachment(s, "max_turns_reached", (("maxTurns", cfg.max_turns), ("turnCount", next_count)))
+    s, att = _attachment(
+        s, "max_turns_reached", (("maxTurns", cfg.max_turns), ("turnCount", next_count))
+    )
     fx.append(Emit(item=att))
     return evolve(s, conversation=s.conversation.append(att))
 
@@ -1040,25 +1167,52 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
     sha = s.stop_hook_active
     match t:
         case NextTurn():
-            s = evolve(s, mot_recovery_count=0, has_attempted_reactive_compact=False,
-                       max_output_tokens_override=None, turn_count=s.turn_count + 1)
+            s = evolve(
+                s,
+                mot_recovery_count=0,
+                has_attempted_reactive_compact=False,
+                max_output_tokens_override=None,
+                turn_count=s.turn_count + 1,
+            )
         case ReactiveCompactRetry():
-            s = evolve(s, has_attempted_reactive_compact=True, max_output_tokens_override=None,
-                       tracking=AutoCompactTracking(), stop_hook_active=False if clear_sha else sha)
+            s = evolve(
+                s,
+                has_attempted_reactive_compact=True,
+                max_output_tokens_override=None,
+                tracking=AutoCompactTracking(),
+                stop_hook_active=False if clear_sha else sha,
+            )
         case MaxOutputTokensEscalate():
-            s = evolve(s, max_output_tokens_override=cfg.escalated_max_output_tokens, escalated=True,
-                       stop_hook_active=False if clear_sha else sha)
+            s = evolve(
+                s,
+                max_output_tokens_override=cfg.escalated_max_output_tokens,
+                escalated=True,
+                stop_hook_active=False if clear_sha else sha,
+            )
         case MaxOutputTokensRecovery(attempt=attempt):
-            s = evolve(s, mot_recovery_count=attempt, max_output_tokens_override=None,
-                       stop_hook_active=False if clear_sha else sha)
+            s = evolve(
+                s,
+                mot_recovery_count=attempt,
+                max_output_tokens_override=None,
+                stop_hook_active=False if clear_sha else sha,
+            )
         case CollapseDrainRetry():
-            s = evolve(s, max_output_tokens_override=None, stop_hook_active=False if clear_sha else sha)
+            s = evolve(
+                s, max_output_tokens_override=None, stop_hook_active=False if clear_sha else sha
+            )
         case StopHookBlocking():
             # [G3] has_attempted_reactive_compact is kept across stop-hook retries
-            s = evolve(s, mot_recovery_count=0, max_output_tokens_override=None, stop_hook_active=True)
+            s = evolve(
+                s, mot_recovery_count=0, max_output_tokens_override=None, stop_hook_active=True
+            )
         case TokenBudgetContinuation():
-            s = evolve(s, mot_recovery_count=0, has_attempted_reactive_compact=False,
-                       max_output_tokens_override=None, stop_hook_active=False if clear_sha else sha)
+            s = evolve(
+                s,
+                mot_recovery_count=0,
+                has_attempted_reactive_compact=False,
+                max_output_tokens_override=None,
+                stop_hook_active=False if clear_sha else sha,
+            )
         case _:
             assert_never(t)
     s = evolve(s, transition=t)
@@ -1068,7 +1222,9 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
 def _finish(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
     """End the turn: the summary if one is ready, acknowledgements, then Finish (last)."""
     aborted = isinstance(terminal, (AbortedStreaming, AbortedTools))
-    if s.summary_text is not None and not (aborted and cfg.compat.summary_dropped_on_abort):  # [Q-10]
+    if s.summary_text is not None and not (
+        aborted and cfg.compat.summary_dropped_on_abort
+    ):  # [Q-10]
         s = _emit_ready_summary(s, fx)
     if s.consumed_commands:  # [R-CMD-2] acknowledged only on a normal return
         fx.append(AcknowledgeCommands(command_ids=s.consumed_commands))
@@ -1097,11 +1253,19 @@ def _abort_slots(s: LoopState, fx: FX, kind: str) -> tuple[LoopState, bool]:
         if sl.status in ("asking", "running"):
             cancel.append(sl.tool_use_id)
         slots[i] = evolve(
-            sl, status="done", synthetic=True,
-            result=ToolResultBlock(tool_use_id=sl.tool_use_id, content=INTERRUPTED_RESULT, is_error=True),
+            sl,
+            status="done",
+            synthetic=True,
+            result=ToolResultBlock(
+                tool_use_id=sl.tool_use_id, content=INTERRUPTED_RESULT, is_error=True
+            ),
         )
     if cancel:
-        fx.append(CancelTools(generation=r.generation, tool_use_ids=tuple(cancel), reason="user_interrupted"))
+        fx.append(
+            CancelTools(
+                generation=r.generation, tool_use_ids=tuple(cancel), reason="user_interrupted"
+            )
+        )
     s = evolve(s, round=evolve(r, slots=tuple(slots)))
     return s, drains
 
@@ -1110,7 +1274,11 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
     phase = s.phase
     r = s.round
     if phase in ("compacting", "reactive_compacting", "waiting_retry"):  # [I-1], [I-5]
-        fx.append(CancelWait(wait_id=r.pending_id) if phase == "waiting_retry" else CancelCompaction(compact_id=r.pending_id))
+        fx.append(
+            CancelWait(wait_id=r.pending_id)
+            if phase == "waiting_retry"
+            else CancelCompaction(compact_id=r.pending_id)
+        )
         return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
     if phase == "streaming":  # [I-2]
         fx.append(CancelModelCall(call_id=r.call_id))
@@ -1118,13 +1286,21 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
         s, drains = _abort_slots(s, fx, kind)
         s = _release(s, cfg, fx)
         if drains:
-            return evolve(s, phase="draining", round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind))
+            return evolve(
+                s,
+                phase="draining",
+                round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind),
+            )
         return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
     if phase == "running_tools":  # [I-3]
         s, drains = _abort_slots(s, fx, kind)
         s = _release(s, cfg, fx)
         if drains:
-            return evolve(s, phase="draining", round=evolve(s.round, pending_terminal=AbortedTools(), abort_kind=kind))
+            return evolve(
+                s,
+                phase="draining",
+                round=evolve(s.round, pending_terminal=AbortedTools(), abort_kind=kind),
+            )
         return _end_aborted(s, cfg, fx, kind, AbortedTools())
     if phase == "draining":  # [I-4] a second, hard interrupt stops the block tools too
         if kind == "submit":
@@ -1164,7 +1340,11 @@ def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -
         fx.append(Emit(item=m))
         extra.append(m)
     s = _commit(s, extra)
-    if isinstance(terminal, AbortedTools) and cfg.max_turns is not None and s.turn_count + 1 > cfg.max_turns:
+    if (
+        isinstance(terminal, AbortedTools)
+        and cfg.max_turns is not None
+        and s.turn_count + 1 > cfg.max_turns
+    ):
         s = _max_turns_attachment(s, cfg, fx, s.turn_count + 1)
     return _finish(s, cfg, fx, terminal)
 
@@ -1188,9 +1368,13 @@ def _task_budget_carry(s: LoopState) -> LoopState:
     return evolve(s, task_budget_remaining=max(0, base - final))
 
 
-def on_compaction_finished(s: LoopState, e: CompactionFinished, cfg: LoopConfig, fx: FX) -> LoopState:
+def on_compaction_finished(
+    s: LoopState, e: CompactionFinished, cfg: LoopConfig, fx: FX
+) -> LoopState:
     if e.compact_id != s.round.pending_id:
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"compaction {e.compact_id} is not running")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"compaction {e.compact_id} is not running"
+        )
     s = _task_budget_carry(s)
     fx.extend(Emit(item=m) for m in e.messages)
     s = evolve(s, conversation=Conversation.of(e.messages), tokens_freed=0)
@@ -1202,11 +1386,15 @@ def on_compaction_finished(s: LoopState, e: CompactionFinished, cfg: LoopConfig,
 
 def on_compaction_failed(s: LoopState, e: CompactionFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     if e.compact_id != s.round.pending_id:
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"compaction {e.compact_id} is not running")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"compaction {e.compact_id} is not running"
+        )
     if s.phase == "reactive_compacting":
         w = s.round.withheld
         assert w is not None and w.api_error is not None
-        return _surface(s, cfg, fx, ImageError() if w.api_error.kind == "media" else PromptTooLong())
+        return _surface(
+            s, cfg, fx, ImageError() if w.api_error.kind == "media" else PromptTooLong()
+        )
     t = s.tracking
     s = evolve(s, tracking=evolve(t, consecutive_failures=t.consecutive_failures + 1))  # [G6]
     return _blocking_then_call(s, cfg, fx)
@@ -1221,7 +1409,9 @@ def on_summary_ready(s: LoopState, e: ToolUseSummaryReady, cfg: LoopConfig, fx: 
     if e.summary_id != s.summary_id:
         if e.summary_id <= s.ids.summary:
             return s
-        raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"no summary {e.summary_id} was requested")
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"no summary {e.summary_id} was requested"
+        )
     if e.summary is None:
         return evolve(s, summary_id=0, summary_tool_ids=())
     s = evolve(s, summary_text=e.summary)
@@ -1248,7 +1438,9 @@ def _late_model(s: LoopState, e: Any, cfg: LoopConfig, fx: FX) -> LoopState:
     """Not in the table: outside ``streaming`` only events of earlier calls can arrive."""
     if e.call_id < s.round.call_id:
         return s
-    raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"model call {e.call_id} is not streaming")
+    raise IllegalEvent(
+        s.phase, e, allowed_events(s.phase), f"model call {e.call_id} is not streaming"
+    )
 
 
 def _late_tool(s: LoopState, e: Any, cfg: LoopConfig, fx: FX) -> LoopState:
@@ -1256,7 +1448,9 @@ def _late_tool(s: LoopState, e: Any, cfg: LoopConfig, fx: FX) -> LoopState:
     answer of a discarded slot [R-TOOL-8]; a generation never started is a driver error."""
     if e.generation <= s.round.generation:
         return s
-    raise IllegalEvent(s.phase, e, allowed_events(s.phase), f"no tool generation {e.generation} exists")
+    raise IllegalEvent(
+        s.phase, e, allowed_events(s.phase), f"no tool generation {e.generation} exists"
+    )
 
 
 _LATE_MODEL: dict[type, Handler] = {
@@ -1264,10 +1458,19 @@ _LATE_MODEL: dict[type, Handler] = {
     ModelResponseEnded: _late_model,
     ModelCallFailed: _late_model,
 }
-_LATE: dict[type, Handler] = {**_LATE_MODEL, ToolFinished: _late_tool, PermissionAnswered: _late_tool}
+_LATE: dict[type, Handler] = {
+    **_LATE_MODEL,
+    ToolFinished: _late_tool,
+    PermissionAnswered: _late_tool,
+}
 
 TABLE: dict[Phase, dict[type, Handler]] = {
-    "compacting": {**_LATE, **_ALWAYS, CompactionFinished: on_compaction_finished, CompactionFailed: on_compaction_failed},
+    "compacting": {
+        **_LATE,
+        **_ALWAYS,
+        CompactionFinished: on_compaction_finished,
+        CompactionFailed: on_compaction_failed,
+    },
     "streaming": {
         **_ALWAYS,
         ModelBlockReceived: on_block,
@@ -1277,14 +1480,31 @@ TABLE: dict[Phase, dict[type, Handler]] = {
         PermissionAnswered: on_permission,
     },
     "waiting_retry": {**_LATE, **_ALWAYS, WaitElapsed: on_wait_elapsed},
-    "running_tools": {**_LATE_MODEL, **_ALWAYS, ToolFinished: on_tool_finished, PermissionAnswered: on_permission},
-    "draining": {**_LATE_MODEL, **_ALWAYS, ToolFinished: on_tool_finished, PermissionAnswered: on_permission},
-    "reactive_compacting": {**_LATE, **_ALWAYS, CompactionFinished: on_compaction_finished, CompactionFailed: on_compaction_failed},
+    "running_tools": {
+        **_LATE_MODEL,
+        **_ALWAYS,
+        ToolFinished: on_tool_finished,
+        PermissionAnswered: on_permission,
+    },
+    "draining": {
+        **_LATE_MODEL,
+        **_ALWAYS,
+        ToolFinished: on_tool_finished,
+        PermissionAnswered: on_permission,
+    },
+    "reactive_compacting": {
+        **_LATE,
+        **_ALWAYS,
+        CompactionFinished: on_compaction_finished,
+        CompactionFailed: on_compaction_failed,
+    },
     "stop_hooks": {**_LATE, **_ALWAYS, StopHooksFinished: on_stop_hooks},
     "done": {},  # a finished turn accepts nothing
 }
 
-_ALLOWED: dict[Phase, tuple[str, ...]] = {p: tuple(sorted(t.__name__ for t in row)) for p, row in TABLE.items()}
+_ALLOWED: dict[Phase, tuple[str, ...]] = {
+    p: tuple(sorted(t.__name__ for t in row)) for p, row in TABLE.items()
+}
 
 
 def allowed_events(phase: Phase) -> tuple[str, ...]:
@@ -1292,7 +1512,9 @@ def allowed_events(phase: Phase) -> tuple[str, ...]:
     return _ALLOWED[phase]
 
 
-def step(state: LoopState, event: Event, config: LoopConfig) -> tuple[LoopState, tuple[Effect, ...]]:
+def step(
+    state: LoopState, event: Event, config: LoopConfig
+) -> tuple[LoopState, tuple[Effect, ...]]:
     """Advance the machine by one event.
 
     Args:

@@ -18,6 +18,7 @@ __all__ = [
     "AssistantMessage",
     "AttachmentMessage",
     "Block",
+    "Emitted",
     "ErrorInfo",
     "ImageBlock",
     "Message",
@@ -31,7 +32,6 @@ __all__ = [
     "ToolUseSummary",
     "Usage",
     "UserMessage",
-    "Emitted",
 ]
 
 

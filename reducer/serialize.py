@@ -50,13 +50,15 @@ def _make() -> cattrs.Converter:
         from reducer.messages import Message
 
         if not isinstance(v, list):
-            raise SerializationError(f"a conversation is a list of messages, got {type(v).__name__}")
+            raise SerializationError(
+                f"a conversation is a list of messages, got {type(v).__name__}"
+            )
         return Conversation.of(c.structure(m, Message) for m in v)  # type: ignore[arg-type]
 
     c.register_structure_hook(Conversation, structure_conversation)
 
     def unstructure_factory(cls: type) -> Callable[[Any], dict[str, Any]]:
-        base = make_dict_unstructure_fn(cls, c)
+        base: Callable[[Any], dict[str, Any]] = make_dict_unstructure_fn(cls, c)
         tag = cls.TAG  # type: ignore[attr-defined]
 
         def fn(v: Any) -> dict[str, Any]:
@@ -69,12 +71,16 @@ def _make() -> cattrs.Converter:
     c.register_unstructure_hook_factory(_tagged, unstructure_factory)
 
     def structure_tagged_factory(cls: type) -> Callable[[Any, Any], Any]:
-        base = make_dict_structure_fn(cls, c, _cattrs_forbid_extra_keys=True)
+        base: Callable[[Any, Any], Any] = make_dict_structure_fn(
+            cls, c, _cattrs_forbid_extra_keys=True
+        )
         tag = cls.TAG  # type: ignore[attr-defined]
 
         def fn(v: Any, _t: Any) -> Any:
             if not isinstance(v, dict):
-                raise SerializationError(f"{cls.__name__}: expected an object, got {type(v).__name__}")
+                raise SerializationError(
+                    f"{cls.__name__}: expected an object, got {type(v).__name__}"
+                )
             got = v.get("type", tag)
             if got != tag:
                 raise SerializationError(f"expected type {tag!r}, got {got!r}")

@@ -12,15 +12,15 @@ import attrs
 from reducer.conversation import Conversation
 from reducer.events import ToolTraits
 from reducer.messages import AssistantMessage, Block, ToolResultBlock, Usage, UserMessage
-from reducer.transitions import Transition
+from reducer.transitions import Terminal, Transition
 
 __all__ = [
+    "PHASES",
     "AutoCompactTracking",
     "BudgetTracker",
     "Ids",
     "LoopState",
     "Phase",
-    "PHASES",
     "Request",
     "Round",
     "Session",
@@ -105,7 +105,7 @@ class Round:
     hook_stop: bool = False
     sticky_fallback: bool = False
     pending_id: int = 0  # the outstanding wait / compaction / stop-hooks id
-    pending_terminal: Transition | None = None  # what a draining phase ends with
+    pending_terminal: Terminal | None = None  # what a draining phase ends with
     abort_kind: str | None = None  # "hard" or "submit" once the round was interrupted
     summary_due: bool = False
 

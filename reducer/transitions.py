@@ -12,13 +12,14 @@ import attrs
 from reducer.messages import ErrorInfo
 
 __all__ = [
+    "CONTINUE_TYPES",
+    "TERMINAL_TYPES",
     "AbortedStreaming",
     "AbortedTools",
     "BlockingLimit",
     "CollapseDrainRetry",
     "Completed",
     "Continue",
-    "CONTINUE_TYPES",
     "HookStopped",
     "ImageError",
     "MaxOutputTokensEscalate",
@@ -31,7 +32,6 @@ __all__ = [
     "StopHookBlocking",
     "StopHookPrevented",
     "Terminal",
-    "TERMINAL_TYPES",
     "TokenBudgetContinuation",
     "Transition",
 ]

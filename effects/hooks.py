@@ -1,0 +1,425 @@
+"""Stop hooks: what runs when the model ends a turn without asking for a tool.
+
+The reducer asks for them with :class:`~reducer.effects.RunStopHooks`; :class:`StopHooks` runs
+every configured hook concurrently and answers with one
+:class:`~reducer.events.StopHooksFinished` (queryloop-facts section 4.4).
+
+Two kinds of hook are provided:
+
+* :class:`PythonStopHook` wraps a sync or async callable;
+* :class:`CommandStopHook` runs a command that speaks Claude Code's hook protocol: the JSON
+  payload arrives on stdin; exit code 0 passes (stdout may hold a JSON decision), exit code 2
+  blocks with stderr as the reason, any other exit code is a non-blocking error, and a hook
+  that outlives its timeout is killed together with everything it started.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeAlias
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import attrs
+
+from reducer.effects import RunStopHooks
+from reducer.events import StopHooksFinished
+
+__all__ = [
+    "BLOCKED_WITHOUT_REASON",
+    "DEFAULT_TIMEOUT_S",
+    "MAX_CAPTURE_BYTES",
+    "PASS",
+    "CommandStopHook",
+    "PythonStopHook",
+    "StopEventName",
+    "StopHook",
+    "StopHookInput",
+    "StopHookResult",
+    "StopHooks",
+    "fold_results",
+]
+
+StopEventName: TypeAlias = Literal["Stop", "SubagentStop"]
+
+#: Claude Code's default per-hook timeout.
+DEFAULT_TIMEOUT_S = 60.0
+#: Output beyond this many bytes per stream is read and dropped (a runaway hook cannot
+#: exhaust memory).
+MAX_CAPTURE_BYTES = 1 << 20
+#: Reason used when a hook blocks through JSON without giving one.
+BLOCKED_WITHOUT_REASON = "Blocked by stop hook"
+
+
+@attrs.frozen(kw_only=True)
+class StopHookInput:
+    """What a stop hook is told (the JSON payload of Claude Code's Stop event)."""
+
+    session_id: str
+    transcript_path: str
+    hook_event_name: StopEventName = "Stop"
+    stop_hook_active: bool = False
+    cwd: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The payload as Claude Code spells it on a hook's stdin."""
+        return {
+            "session_id": self.session_id,
+            "transcript_path": self.transcript_path,
+            "cwd": self.cwd,
+            "hook_event_name": self.hook_event_name,
+            "stop_hook_active": self.stop_hook_active,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class StopHookResult:
+    """What one hook decided.
+
+    ``blocking_error``: feedback for the model, the turn goes on. ``prevent``: stop the loop
+    (``stop_reason`` says why). ``error``: the hook itself failed (reported, not blocking).
+    ``system_message``: an optional notice for the user.
+    """
+
+    blocking_error: str | None = None
+    prevent: bool = False
+    stop_reason: str = ""
+    error: str | None = None
+    system_message: str | None = None
+
+
+#: The result of a hook that lets the turn end.
+PASS = StopHookResult()
+
+
+class StopHook(Protocol):
+    """Anything awaitable with a :class:`StopHookInput` that returns a :class:`StopHookResult`."""
+
+    async def __call__(self, payload: StopHookInput) -> StopHookResult: ...
+
+
+def _hook_label(hook: object) -> str:
+    name = getattr(hook, "name", None)
+    return name if isinstance(name, str) and name else type(hook).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Python hooks
+
+
+PythonHookFn: TypeAlias = Callable[
+    [StopHookInput], "StopHookResult | Awaitable[StopHookResult | None] | None"
+]
+
+
+def _is_async_callable(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - looking for an async __call__
+    )
+
+
+class PythonStopHook:
+    """A stop hook written in Python.
+
+    ``fn`` takes a :class:`StopHookInput` and returns a :class:`StopHookResult` or ``None``
+    (``None`` passes); it may be a coroutine function. A sync ``fn`` runs on the event loop, so
+    it must be quick, unless ``in_thread=True`` moves it to a worker thread. Exceptions from
+    ``fn`` propagate; :class:`StopHooks` turns them into an ``error``.
+    """
+
+    __slots__ = ("_fn", "_in_thread", "name")
+
+    def __init__(self, fn: PythonHookFn, *, name: str | None = None, in_thread: bool = False):
+        self._fn = fn
+        self._in_thread = in_thread
+        self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
+
+    def __repr__(self) -> str:
+        return f"PythonStopHook({self.name!r})"
+
+    async def __call__(self, payload: StopHookInput) -> StopHookResult:
+        out: object
+        if self._in_thread and not _is_async_callable(self._fn):
+            out = await anyio.to_thread.run_sync(self._fn, payload)
+        else:
+            out = self._fn(payload)
+        if inspect.isawaitable(out):
+            out = await out
+        if out is None:
+            return PASS
+        if not isinstance(out, StopHookResult):
+            return StopHookResult(
+                error=f"Stop hook {self.name} returned {type(out).__name__}, "
+                "expected StopHookResult or None"
+            )
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Command hooks
+
+
+def _to_command(value: str | Sequence[str]) -> str | tuple[str, ...]:
+    if isinstance(value, str):
+        return value
+    argv = tuple(value)
+    if not argv:
+        raise ValueError("empty command")
+    return argv
+
+
+def _positive(_inst: object, _attr: object, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"timeout_s must be positive, got {value!r}")
+
+
+@attrs.frozen
+class CommandStopHook:
+    """A command speaking Claude Code's hook protocol.
+
+    ``command`` is a shell command line (run by ``/bin/sh -c``) or an argv list. It runs in
+    ``cwd`` (default: the session's cwd from the payload) with the inherited environment plus
+    ``env`` and ``CLAUDE_PROJECT_DIR`` (as Claude Code sets it), in a new session so that a
+    timeout or a cancellation can kill the whole process group.
+
+    The hook is done when it has exited and closed its stdout and stderr; a background child
+    that keeps them open counts as the hook still running (and is killed at the timeout).
+    """
+
+    command: str | tuple[str, ...] = attrs.field(converter=_to_command)
+    timeout_s: float = attrs.field(default=DEFAULT_TIMEOUT_S, validator=_positive)
+    cwd: str | None = None
+    env: Mapping[str, str] | None = attrs.field(default=None, kw_only=True)
+
+    @property
+    def name(self) -> str:
+        return self.command if isinstance(self.command, str) else shlex.join(self.command)
+
+    async def __call__(self, payload: StopHookInput) -> StopHookResult:
+        cwd = self.cwd or payload.cwd or None
+        env = dict(os.environ)
+        if payload.cwd:
+            env["CLAUDE_PROJECT_DIR"] = payload.cwd
+        if self.env:
+            env.update(self.env)
+        data = json.dumps(payload.to_json()).encode("utf-8")
+        try:
+            # Shielded so that a cancellation cannot strike between the fork and the moment
+            # we hold the process (the finally below is what cleans up).
+            with anyio.CancelScope(shield=True):
+                process = await anyio.open_process(
+                    self.command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            return StopHookResult(error=f"Stop hook {self.name} could not start: {exc}")
+
+        stdout = bytearray()
+        stderr = bytearray()
+        returncode: int | None = None
+        try:
+            with anyio.move_on_after(self.timeout_s):
+                returncode = await _communicate(process, data, stdout, stderr)
+        finally:
+            if returncode is None:
+                # Timed out, cancelled or failed: take the whole group down, then reap.
+                _kill_group(process)
+                with anyio.CancelScope(shield=True):
+                    await process.aclose()
+            else:
+                await process.aclose()
+
+        if returncode is None:
+            return StopHookResult(
+                error=f"Stop hook {self.name} timed out after {self.timeout_s:g} s"
+            )
+        return _interpret(self.name, returncode, _decode(stdout), _decode(stderr))
+
+
+async def _communicate(
+    process: anyio.abc.Process, data: bytes, stdout: bytearray, stderr: bytearray
+) -> int:
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_feed, process.stdin, data)
+        tg.start_soon(_drain, process.stdout, stdout)
+        tg.start_soon(_drain, process.stderr, stderr)
+    return await process.wait()
+
+
+async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
+    try:
+        await stream.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass  # the hook did not read its stdin; that is its business
+    finally:
+        await stream.aclose()
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream, sink: bytearray) -> None:
+    try:
+        async for chunk in stream:
+            room = MAX_CAPTURE_BYTES - len(sink)
+            if room > 0:
+                sink += chunk[:room]
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+
+
+def _kill_group(process: anyio.abc.Process) -> None:
+    # start_new_session=True made the hook the leader of its own process group, whose id is
+    # its pid. The group id stays reserved while any member lives, so this cannot hit a
+    # stranger even if the leader has already exited.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if process.returncode is None:
+        try:
+            process.kill()
+        except OSError:
+            pass
+
+
+def _decode(raw: bytearray) -> str:
+    return bytes(raw).decode("utf-8", errors="replace")
+
+
+def _interpret(name: str, returncode: int, stdout: str, stderr: str) -> StopHookResult:
+    """Map a finished hook's exit code and output to a result (Claude Code's rules)."""
+    if returncode == 2:
+        reason = stderr.strip() or "Stop hook exited with code 2 and no stderr output"
+        return StopHookResult(blocking_error=reason)
+    if returncode != 0:
+        detail = stderr.strip() or "no stderr output"
+        return StopHookResult(
+            error=f"Stop hook {name} failed with exit code {returncode}: {detail}"
+        )
+    decision = _parse_json_object(stdout)
+    if decision is None:
+        return PASS
+    blocking: str | None = None
+    if decision.get("decision") == "block":
+        given = decision.get("reason")
+        blocking = given if isinstance(given, str) and given else BLOCKED_WITHOUT_REASON
+    prevent = decision.get("continue") is False
+    stop_reason = decision.get("stopReason") if prevent else None
+    system_message = decision.get("systemMessage")
+    return StopHookResult(
+        blocking_error=blocking,
+        prevent=prevent,
+        stop_reason=stop_reason if isinstance(stop_reason, str) else "",
+        system_message=system_message if isinstance(system_message, str) else None,
+    )
+
+
+def _parse_json_object(text: str) -> dict[str, Any] | None:
+    text = text.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner
+
+
+def fold_results(hooks_id: int, results: Sequence[StopHookResult]) -> StopHooksFinished:
+    """Fold per-hook results (in hook order) into the one event the reducer expects."""
+    prevents = [r for r in results if r.prevent]
+    errors = [r.error for r in results if r.error is not None]
+    return StopHooksFinished(
+        hooks_id=hooks_id,
+        blocking_errors=tuple(r.blocking_error for r in results if r.blocking_error is not None),
+        prevent=bool(prevents),
+        stop_reason=prevents[0].stop_reason if prevents else "",
+        hook_count=len(results),
+        error="; ".join(errors) if errors else None,
+    )
+
+
+class StopHooks:
+    """The configured stop hooks; :meth:`run` answers a :class:`RunStopHooks` effect.
+
+    ``clock_ms``, when given, stamps ``at_ms`` on the event.
+    """
+
+    def __init__(
+        self, hooks: Sequence[StopHook] = (), *, clock_ms: Callable[[], int] | None = None
+    ) -> None:
+        self._hooks: tuple[StopHook, ...] = tuple(hooks)
+        self._clock_ms = clock_ms
+
+    @property
+    def hooks(self) -> tuple[StopHook, ...]:
+        return self._hooks
+
+    def __len__(self) -> int:
+        return len(self._hooks)
+
+    async def run_all(self, payload: StopHookInput) -> tuple[StopHookResult, ...]:
+        """Run every hook concurrently; results come back in hook order.
+
+        A hook that raises an ``Exception`` yields a result with ``error`` set; cancellation
+        propagates (and :class:`CommandStopHook` kills its process on the way out).
+        """
+        results: list[StopHookResult] = [PASS] * len(self._hooks)
+
+        async def one(index: int, hook: StopHook) -> None:
+            try:
+                result = await hook(payload)
+            except Exception as exc:
+                text = str(exc)
+                detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+                result = StopHookResult(error=f"Stop hook {_hook_label(hook)} raised {detail}")
+            if not isinstance(result, StopHookResult):
+                result = StopHookResult(
+                    error=f"Stop hook {_hook_label(hook)} returned {type(result).__name__}"
+                )
+            results[index] = result
+
+        if self._hooks:
+            async with anyio.create_task_group() as tg:
+                for index, hook in enumerate(self._hooks):
+                    tg.start_soon(one, index, hook)
+        return tuple(results)
+
+    async def run(
+        self,
+        effect: RunStopHooks,
+        *,
+        session_id: str,
+        transcript_path: str,
+        cwd: str,
+        event_name: StopEventName = "Stop",
+    ) -> StopHooksFinished:
+        """Run the hooks for ``effect`` and fold their results into one event."""
+        payload = StopHookInput(
+            session_id=session_id,
+            transcript_path=transcript_path,
+            hook_event_name=event_name,
+            stop_hook_active=effect.stop_hook_active,
+            cwd=cwd,
+        )
+        results = await self.run_all(payload)
+        finished = fold_results(effect.hooks_id, results)
+        if self._clock_ms is not None:
+            finished = attrs.evolve(finished, at_ms=self._clock_ms())
+        return finished
