@@ -1,0 +1,11 @@
+"""steploop's imperative shell: the anyio interpreter and the handlers it runs effects with."""
+
+from effects.run import (
+    PermissionPolicy,
+    PermissionRequest,
+    Run,
+    RunResult,
+    run,
+)
+
+__all__ = ["PermissionPolicy", "PermissionRequest", "Run", "RunResult", "run"]

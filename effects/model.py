@@ -1,0 +1,816 @@
+"""The default model client: one ``CallModel`` effect in, reducer events out.
+
+:class:`AnthropicModelClient` turns a ``CallModel`` into one Messages API request through
+``anthropic.AsyncAnthropic`` (SDK retries off: retrying is the machine's decision) and reports what
+happened as events for that ``call_id``:
+
+- one :class:`~reducer.events.ModelBlockReceived` per *completed* content block, in stream order;
+- then :class:`~reducer.events.ModelResponseEnded` (model, stop reason, usage);
+- or, on any failure, exactly one :class:`~reducer.events.ModelCallFailed` as the last event.
+
+It reads the SDK's raw stream events (``messages.create(stream=True)``), not ``messages.stream``:
+that is cheaper per event and keeps the SDK's lenient partial-JSON parse of tool input out of the
+way. Tool input is parsed strictly, once, from the concatenated ``input_json_delta`` text; text
+that does not parse (typically cut off by max_tokens) is reported as ``input={}`` with
+``input_complete=False`` so the machine never runs it.
+
+Failure classification (``kind`` is one of :data:`reducer.events.FAILURE_KINDS`):
+
+=====================================================  ===================
+what happened                                          kind
+=====================================================  ===================
+4xx whose message says "prompt is too long"            prompt_too_long
+413, "request too large", 400 naming image/PDF/media   media
+429                                                    rate_limited
+529, or error type overloaded_error                    overloaded
+401 / 403                                              auth
+other 5xx, or error type api_error                     server_error
+other 4xx                                              invalid_request
+refused / reset before any stream event                connection
+dropped mid-stream, stalled past the read timeout,     stream_broken
+ended without message_stop, malformed stream data
+``event: error`` inside a 200 stream                   by its error.type
+anything else                                          unknown
+=====================================================  ===================
+
+``retry_after_ms`` comes from a ``retry-after-ms`` header, else ``retry-after`` (seconds).
+Cancellation is never caught: it propagates out of :meth:`AnthropicModelClient.stream`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeAlias, cast
+
+import anthropic
+import anyio
+import httpx2
+from anthropic.types import (
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawContentBlockStopEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+)
+from anthropic.types import (
+    RedactedThinkingBlock as SdkRedactedThinkingBlock,
+)
+from anthropic.types import (
+    TextBlock as SdkTextBlock,
+)
+from anthropic.types import (
+    ThinkingBlock as SdkThinkingBlock,
+)
+from anthropic.types import (
+    ToolUseBlock as SdkToolUseBlock,
+)
+
+from reducer.conversation import SYNTHETIC_MODEL
+from reducer.effects import CallModel
+from reducer.events import (
+    Event,
+    ModelBlockReceived,
+    ModelCallFailed,
+    ModelResponseEnded,
+    ToolTraits,
+)
+from reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    Block,
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
+
+__all__ = [
+    "EPHEMERAL",
+    "TASK_BUDGET_BETA",
+    "AnthropicModelClient",
+    "ModelClient",
+    "Thinking",
+    "TraitsFor",
+    "build_request",
+    "classify_error",
+    "classify_exception",
+    "make_client",
+    "parse_tool_input",
+    "to_api_messages",
+]
+
+EPHEMERAL: Mapping[str, str] = {"type": "ephemeral"}
+"""The prompt-cache breakpoint marker put on the stable prefix and on the latest message."""
+
+TASK_BUDGET_BETA = "task-budgets-2026-03-13"
+"""The beta header the API's ``output_config.task_budget`` needs."""
+
+TraitsFor: TypeAlias = Callable[[str, dict[str, Any]], ToolTraits]
+"""What the shell knows of a tool call, for this name and (parsed) input."""
+
+Thinking: TypeAlias = int | Literal["adaptive"] | None
+"""Extended thinking: a budget in tokens, ``"adaptive"``, or None (off)."""
+
+
+class ModelClient(Protocol):
+    """What the interpreter needs from a model handler (the default one, or a scripted one)."""
+
+    def stream(self, effect: CallModel) -> AsyncIterator[Event]:
+        """Answer ``effect`` with block events, then the end event or one failure event."""
+        ...
+
+
+def make_client(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    *,
+    connect_timeout: float,
+    read_timeout: float,
+) -> anthropic.AsyncAnthropic:
+    """An ``AsyncAnthropic`` set up for steploop: SDK retries off, explicit timeouts.
+
+    Args:
+        base_url: the API root (None: the SDK default or ``ANTHROPIC_BASE_URL``).
+        api_key: the key (None: ``ANTHROPIC_API_KEY``).
+        connect_timeout: seconds to establish a connection.
+        read_timeout: seconds without a byte before a read fails (also write and pool).
+
+    Returns:
+        The client; close it with ``await client.close()``.
+    """
+    return anthropic.AsyncAnthropic(
+        base_url=base_url,
+        api_key=api_key,
+        max_retries=0,
+        timeout=httpx2.Timeout(read_timeout, connect=connect_timeout),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Request building (pure)
+
+
+def _attachment_text(m: AttachmentMessage) -> str:
+    def show(v: str | int | bool | None) -> str:
+        if isinstance(v, str):
+            return v
+        return json.dumps(v)
+
+    fields = " ".join(f"{k}={show(v)}" for k, v in m.data)
+    return f'<attachment type="{m.attachment_type}">{fields}</attachment>'
+
+
+def _block_param(b: Block, keep_thinking: bool) -> dict[str, Any] | None:
+    """One content block as the API takes it, or None when it is not sent."""
+    if isinstance(b, TextBlock):
+        # The API rejects empty text blocks.
+        return {"type": "text", "text": b.text} if b.text else None
+    if isinstance(b, ToolResultBlock):
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": b.tool_use_id,
+            "content": b.content,
+        }
+        if b.is_error:
+            out["is_error"] = True
+        return out
+    if isinstance(b, ToolUseBlock):
+        return {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}
+    if isinstance(b, ThinkingBlock):
+        if not keep_thinking:
+            return None
+        return {"type": "thinking", "thinking": b.thinking, "signature": b.signature}
+    if isinstance(b, RedactedThinkingBlock):
+        return {"type": "redacted_thinking", "data": b.data} if keep_thinking else None
+    if isinstance(b, ImageBlock):
+        kind = "document" if b.media_type == "application/pdf" else "image"
+        source = {"type": "base64", "media_type": b.media_type, "data": b.data}
+        return {"type": kind, "source": source}
+    raise TypeError(f"unsupported content block {type(b).__name__}")
+
+
+def to_api_messages(messages: Sequence[Message], *, keep_thinking: bool) -> list[dict[str, Any]]:
+    """Convert conversation records to the API's alternating user/assistant messages.
+
+    - Records of one response (same ``response_id``) become one assistant message.
+    - User messages and attachments next to each other become one user message, tool_result
+      blocks first (the API requires results to lead the message that answers tool calls).
+    - System notices and synthetic API-error messages are not sent.
+    - Thinking blocks are sent only when ``keep_thinking``.
+    - A message left without blocks is dropped.
+
+    Args:
+        messages: the conversation, oldest first.
+        keep_thinking: whether thinking and redacted_thinking blocks are sent.
+
+    Returns:
+        The ``messages`` parameter, fresh dicts (the caller may add cache markers).
+    """
+    out: list[dict[str, Any]] = []
+    # The message being built: its role, the response it belongs to (assistant), and for a
+    # user message its tool results and other blocks kept apart until it is closed.
+    role: str | None = None
+    response_id: str | None = None
+    results: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+
+    def close() -> None:
+        nonlocal role, response_id
+        content = results + others if role == "user" else others
+        if role is not None and content:
+            out.append({"role": role, "content": list(content)})
+        role, response_id = None, None
+        results.clear()
+        others.clear()
+
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            if m.api_error is not None or m.model == SYNTHETIC_MODEL:
+                continue
+            if role != "assistant" or response_id != m.response_id:
+                close()
+                role, response_id = "assistant", m.response_id
+            for b in m.content:
+                p = _block_param(b, keep_thinking)
+                if p is not None:
+                    others.append(p)
+        elif isinstance(m, (UserMessage, AttachmentMessage)):
+            if role != "user":
+                close()
+                role = "user"
+            if isinstance(m, AttachmentMessage):
+                others.append({"type": "text", "text": _attachment_text(m)})
+                continue
+            for b in m.content:
+                p = _block_param(b, keep_thinking)
+                if p is None:
+                    continue
+                (results if p["type"] == "tool_result" else others).append(p)
+        # SystemMessage: a notice for the user, never sent to the model.
+    close()
+    return out
+
+
+def _mark_latest(messages: list[dict[str, Any]]) -> None:
+    """Put the moving cache breakpoint on the last cacheable block of the latest message."""
+    if not messages:
+        return
+    for block in reversed(messages[-1]["content"]):
+        # The API refuses cache_control on thinking blocks.
+        if block["type"] not in ("thinking", "redacted_thinking"):
+            block["cache_control"] = dict(EPHEMERAL)
+            return
+
+
+def _prefix(
+    system: str, tools: Sequence[Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+    """The stable part of every request: system blocks and tools, with their breakpoint."""
+    tools_param = [dict(t) for t in tools] or None
+    system_param: list[dict[str, Any]] | None = (
+        [{"type": "text", "text": system}] if system else None
+    )
+    if tools_param:
+        tools_param[-1]["cache_control"] = dict(EPHEMERAL)
+    elif system_param:
+        system_param[-1]["cache_control"] = dict(EPHEMERAL)
+    return system_param, tools_param
+
+
+def _thinking_param(thinking: Thinking) -> dict[str, Any] | None:
+    if thinking is None:
+        return None
+    if thinking == "adaptive":
+        return {"type": "adaptive"}
+    return {"type": "enabled", "budget_tokens": thinking}
+
+
+def _assemble(
+    effect: CallModel,
+    system_param: list[dict[str, Any]] | None,
+    tools_param: list[dict[str, Any]] | None,
+    thinking: Thinking,
+) -> dict[str, Any]:
+    messages = to_api_messages(effect.conversation.messages(), keep_thinking=thinking is not None)
+    _mark_latest(messages)
+    request: dict[str, Any] = {"model": effect.model, "max_tokens": effect.max_tokens}
+    if system_param is not None:
+        request["system"] = system_param
+    if tools_param is not None:
+        request["tools"] = tools_param
+    request["messages"] = messages
+    thinking_param = _thinking_param(thinking)
+    if thinking_param is not None:
+        request["thinking"] = thinking_param
+    if effect.task_budget is not None:
+        budget: dict[str, int] = {"total": effect.task_budget.total}
+        if effect.task_budget.remaining is not None:
+            budget["remaining"] = effect.task_budget.remaining
+        request["extra_body"] = {"output_config": {"task_budget": budget}}
+        request["extra_headers"] = {"anthropic-beta": TASK_BUDGET_BETA}
+    return request
+
+
+def build_request(
+    effect: CallModel,
+    *,
+    system: str = "",
+    tools: Sequence[Mapping[str, Any]] = (),
+    thinking: Thinking = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``messages.create`` for ``effect`` (without ``stream``).
+
+    Deterministic: the same effect and settings give equal dicts that serialize to the same
+    JSON bytes. Prompt-cache breakpoints sit on the last tool (or the system block when there
+    are no tools) and on the last block of the latest message, so consecutive rounds share a
+    byte-identical tools/system prefix and earlier messages.
+
+    Args:
+        effect: the model call.
+        system: the system prompt ("" for none).
+        tools: tool definitions, ``{"name", "description", "input_schema"}`` each, in order.
+        thinking: extended thinking setting (thinking blocks are sent back only when set).
+
+    Returns:
+        ``model``, ``max_tokens``, ``system``, ``tools``, ``messages``, ``thinking`` and, with a
+        task budget, ``extra_body`` (``output_config.task_budget``) and ``extra_headers``.
+    """
+    system_param, tools_param = _prefix(system, tools)
+    return _assemble(effect, system_param, tools_param, thinking)
+
+
+# ---------------------------------------------------------------------------------------------
+# Failure classification (pure)
+
+_MEDIA_RE = re.compile(r"\b(image|images|pdf|document|documents|media)\b")
+
+
+def classify_error(status: int | None, error_type: str | None, message: str) -> str:
+    """The failure kind of an API error.
+
+    Args:
+        status: the HTTP status, or None for an ``event: error`` inside a 200 stream.
+        error_type: ``error.type`` from the body (``overloaded_error``, ...), if any.
+        message: ``error.message`` (or the SDK's text when there is no body).
+
+    Returns:
+        One of :data:`reducer.events.FAILURE_KINDS`.
+    """
+    low = message.lower()
+    client_side = status is None or 400 <= status < 500
+    if client_side and "prompt is too long" in low:
+        return "prompt_too_long"
+    if status == 413 or error_type == "request_too_large" or "request too large" in low:
+        return "media"
+    if (status == 400 or error_type == "invalid_request_error") and _MEDIA_RE.search(low):
+        return "media"
+    if status == 429 or error_type == "rate_limit_error":
+        return "rate_limited"
+    if status == 529 or error_type == "overloaded_error":
+        return "overloaded"
+    if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
+        return "auth"
+    if status is not None and 500 <= status < 600:
+        return "server_error"
+    if error_type in ("api_error", "timeout_error"):
+        return "server_error"
+    if status is not None and 400 <= status < 500:
+        return "invalid_request"
+    if error_type in ("invalid_request_error", "not_found_error"):
+        return "invalid_request"
+    return "unknown"
+
+
+def _retry_after_ms(headers: httpx2.Headers) -> int | None:
+    for name, scale in (("retry-after-ms", 1.0), ("retry-after", 1000.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            n = float(value)
+        except ValueError:
+            continue  # an HTTP date: the machine's own backoff applies
+        if n >= 0:
+            return round(n * scale)
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def classify_exception(exc: Exception, *, started: bool) -> tuple[str, str, int | None, int | None]:
+    """Classify an exception raised by the SDK or the transport.
+
+    Args:
+        exc: what was raised.
+        started: whether any stream event had arrived before it.
+
+    Returns:
+        ``(kind, message, status, retry_after_ms)``. ``status`` is the HTTP status of an error
+        response; None for transport failures and for an error event inside a 200 stream.
+    """
+    if isinstance(exc, anthropic.APIStatusError):
+        message = exc.api_message or exc.message
+        error_type = exc.type if isinstance(exc.type, str) else None
+        if exc.status_code == 200:  # an `event: error` inside the stream
+            return classify_error(None, error_type, message), message, None, None
+        status = exc.status_code
+        kind = classify_error(status, error_type, message)
+        return kind, message, status, _retry_after_ms(exc.response.headers)
+    if isinstance(exc, anthropic.APITimeoutError):
+        connecting = isinstance(exc.__cause__, (httpx2.ConnectTimeout, httpx2.PoolTimeout))
+        return ("connection" if connecting else "stream_broken"), _describe(exc), None, None
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__
+        return "connection", _describe(cause if cause is not None else exc), None, None
+    if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return "connection", _describe(exc), None, None
+    if isinstance(exc, httpx2.TimeoutException):
+        return "stream_broken", _describe(exc), None, None
+    if isinstance(exc, (httpx2.TransportError, httpx2.HTTPError, httpx2.StreamError)):
+        return ("stream_broken" if started else "connection"), _describe(exc), None, None
+    if started and isinstance(exc, ValueError):
+        # Malformed event data (bad JSON, an event the SDK cannot validate).
+        return "stream_broken", _describe(exc), None, None
+    return "unknown", _describe(exc), None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream assembly (pure, fed one raw SDK event at a time)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def parse_tool_input(text: str) -> dict[str, Any] | None:
+    """Parse tool input JSON strictly; None when it is not one complete JSON object."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class _Partial:
+    """A content block still streaming."""
+
+    __slots__ = ("data", "id", "input", "kind", "name", "parts", "signature")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.parts: list[str] = []
+        self.signature: list[str] = []
+        self.id = ""
+        self.name = ""
+        self.data = ""
+        self.input: dict[str, Any] = {}
+
+
+class _Assembler:
+    """Folds raw stream events into reducer events for one call."""
+
+    def __init__(
+        self,
+        call_id: int,
+        model: str,
+        traits_for: TraitsFor,
+        on_text_delta: Callable[[int, str], None] | None,
+        at_ms: Callable[[], int],
+    ) -> None:
+        self.call_id = call_id
+        self.model = model
+        self.traits_for = traits_for
+        self.on_text_delta = on_text_delta
+        self.at_ms = at_ms
+        self.started = False
+        self.stopped = False
+        self.stop_reason: str | None = None
+        self.usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        self.open: dict[int, _Partial] = {}
+
+    def _take_usage(self, usage: object) -> None:
+        for key in self.usage:
+            value = getattr(usage, key, None)
+            if isinstance(value, int):
+                self.usage[key] = value
+
+    def feed(self, event: object) -> ModelBlockReceived | None:
+        """Take one raw event; return the block event it completes, if any."""
+        self.started = True
+        if isinstance(event, RawContentBlockDeltaEvent):
+            partial = self.open.get(event.index)
+            if partial is None:
+                return None
+            delta = event.delta
+            kind = delta.type
+            if kind == "text_delta":
+                text = cast(str, getattr(delta, "text", ""))
+                partial.parts.append(text)
+                if self.on_text_delta is not None:
+                    self.on_text_delta(event.index, text)
+            elif kind == "input_json_delta":
+                partial.parts.append(cast(str, getattr(delta, "partial_json", "")))
+            elif kind == "thinking_delta":
+                partial.parts.append(cast(str, getattr(delta, "thinking", "")))
+            elif kind == "signature_delta":
+                partial.signature.append(cast(str, getattr(delta, "signature", "")))
+            return None  # citations_delta and unknown deltas carry nothing we keep
+        if isinstance(event, RawContentBlockStartEvent):
+            self._start(event)
+            return None
+        if isinstance(event, RawContentBlockStopEvent):
+            partial = self.open.pop(event.index, None)
+            return None if partial is None else self._finish(partial)
+        if isinstance(event, RawMessageStartEvent):
+            self.model = event.message.model or self.model
+            self._take_usage(event.message.usage)
+        elif isinstance(event, RawMessageDeltaEvent):
+            self.stop_reason = event.delta.stop_reason
+            self._take_usage(event.usage)
+        elif isinstance(event, RawMessageStopEvent):
+            self.stopped = True
+        return None
+
+    def _start(self, event: RawContentBlockStartEvent) -> None:
+        block = event.content_block
+        if isinstance(block, SdkTextBlock):
+            partial = _Partial("text")
+            if block.text:
+                partial.parts.append(block.text)
+        elif isinstance(block, SdkThinkingBlock):
+            partial = _Partial("thinking")
+            if block.thinking:
+                partial.parts.append(block.thinking)
+            if block.signature:
+                partial.signature.append(block.signature)
+        elif isinstance(block, SdkRedactedThinkingBlock):
+            partial = _Partial("redacted_thinking")
+            partial.data = block.data
+        elif isinstance(block, SdkToolUseBlock):
+            partial = _Partial("tool_use")
+            partial.id, partial.name = block.id, block.name
+            partial.input = dict(block.input) if isinstance(block.input, dict) else {}
+        else:
+            return  # server tool blocks and other kinds steploop does not model
+        self.open[event.index] = partial
+
+    def _finish(self, p: _Partial) -> ModelBlockReceived:
+        at = self.at_ms()
+        if p.kind == "text":
+            return ModelBlockReceived(
+                call_id=self.call_id, block=TextBlock(text="".join(p.parts)), at_ms=at
+            )
+        if p.kind == "thinking":
+            block = ThinkingBlock(thinking="".join(p.parts), signature="".join(p.signature))
+            return ModelBlockReceived(call_id=self.call_id, block=block, at_ms=at)
+        if p.kind == "redacted_thinking":
+            block_r = RedactedThinkingBlock(data=p.data)
+            return ModelBlockReceived(call_id=self.call_id, block=block_r, at_ms=at)
+        text = "".join(p.parts)
+        parsed: dict[str, Any] | None
+        if text.strip():
+            parsed = parse_tool_input(text)
+        else:
+            parsed = p.input  # no deltas: the start frame's input (a tool without parameters)
+        complete = parsed is not None
+        tool_input = parsed if parsed is not None else {}
+        return ModelBlockReceived(
+            call_id=self.call_id,
+            block=ToolUseBlock(id=p.id, name=p.name, input=tool_input),
+            tool=self.traits_for(p.name, tool_input),
+            input_complete=complete,
+            at_ms=at,
+        )
+
+    def ended(self) -> ModelResponseEnded:
+        return ModelResponseEnded(
+            call_id=self.call_id,
+            model=self.model,
+            stop_reason=self.stop_reason,
+            usage=Usage(**self.usage),
+            at_ms=self.at_ms(),
+        )
+
+
+def _zero_clock() -> int:
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+class AnthropicModelClient:
+    """The default :class:`ModelClient`, on ``anthropic.AsyncAnthropic``.
+
+    Args:
+        client: the SDK client, made with ``max_retries=0`` (see :func:`make_client`). Not
+            closed by this class.
+        system: the system prompt ("" for none).
+        tools: tool definitions ``{"name", "description", "input_schema"}``, in a fixed order.
+        traits_for: the traits of a tool call, from its name and parsed input.
+        thinking: a thinking budget in tokens, ``"adaptive"``, or None (off).
+        idle_timeout: seconds without a byte before a streaming call counts as stalled
+            (None: the client's read timeout).
+        nonstreaming_timeout: read timeout for ``streaming=False`` calls, which send nothing
+            until the whole answer is ready (None: the client's).
+        on_text_delta: called with ``(block index, text)`` for every raw text delta, for live
+            display; it runs inline, so keep it quick. Its exceptions propagate.
+        clock: milliseconds for the events' ``at_ms`` (None: 0, stamped by the interpreter).
+    """
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        *,
+        system: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
+        traits_for: TraitsFor,
+        thinking: Thinking = None,
+        idle_timeout: float | None = None,
+        nonstreaming_timeout: float | None = None,
+        on_text_delta: Callable[[int, str], None] | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self._client = client
+        self._traits_for = traits_for
+        self._thinking = thinking
+        self._on_text_delta = on_text_delta
+        self._clock = clock if clock is not None else _zero_clock
+        # The prefix never changes for this client: build it once, send the same bytes.
+        self._system_param, self._tools_param = _prefix(system, tools)
+        self._stream_timeout = self._timeout(idle_timeout)
+        self._complete_timeout = self._timeout(nonstreaming_timeout)
+
+    def _timeout(self, read: float | None) -> httpx2.Timeout | None:
+        if read is None:
+            return None
+        base = self._client.timeout
+        connect = base.connect if isinstance(base, httpx2.Timeout) else base
+        return httpx2.Timeout(read, connect=connect)
+
+    def build_request(self, effect: CallModel) -> dict[str, Any]:
+        """The ``messages.create`` keyword arguments for ``effect`` (see :func:`build_request`)."""
+        return _assemble(effect, self._system_param, self._tools_param, self._thinking)
+
+    def _failed(self, call_id: int, exc: Exception, *, started: bool) -> ModelCallFailed:
+        kind, message, status, retry_after_ms = classify_exception(exc, started=started)
+        return ModelCallFailed(
+            call_id=call_id,
+            kind=kind,
+            message=message,
+            status=status,
+            retry_after_ms=retry_after_ms,
+            at_ms=self._clock(),
+        )
+
+    async def stream(self, effect: CallModel) -> AsyncIterator[Event]:
+        """Run the model call and yield its events.
+
+        An async generator: it opens no task group or cancel scope around a ``yield``, so
+        it is safe to iterate from any task (PEP 789). Iterate it to the end, or close it with
+        ``contextlib.aclosing``; closing early releases the HTTP connection.
+
+        Args:
+            effect: the call; ``effect.streaming`` False sends a non-streaming request.
+
+        Yields:
+            ``ModelBlockReceived`` per completed block, then ``ModelResponseEnded``; or
+            ``ModelCallFailed`` as the last event. SDK and transport errors never escape.
+
+        Raises:
+            Cancellation of the calling task (never turned into an event), and whatever
+            ``traits_for`` or ``on_text_delta`` raise.
+        """
+        request = self.build_request(effect)
+        if not effect.streaming:
+            # Everything arrives at once: no nested generator to leave suspended.
+            for complete_event in await self._complete(effect, request):
+                yield complete_event
+            return
+
+        timeout = self._stream_timeout if self._stream_timeout is not None else anthropic.NOT_GIVEN
+        assembler = _Assembler(
+            effect.call_id, effect.model, self._traits_for, self._on_text_delta, self._clock
+        )
+        try:
+            raw = await self._client.messages.create(**request, stream=True, timeout=timeout)
+        except Exception as exc:  # cancellation is a BaseException: it propagates
+            yield self._failed(effect.call_id, exc, started=False)
+            return
+
+        failure: ModelCallFailed | None = None
+        try:
+            while not assembler.stopped:
+                try:
+                    event = await raw.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    failure = self._failed(effect.call_id, exc, started=assembler.started)
+                    break
+                block_event = assembler.feed(event)
+                if block_event is not None:
+                    yield block_event
+        finally:
+            await _dispose(raw)
+
+        if failure is not None:
+            yield failure
+        elif not assembler.stopped:
+            yield ModelCallFailed(
+                call_id=effect.call_id,
+                kind="stream_broken",
+                message="the stream ended without message_stop",
+                at_ms=self._clock(),
+            )
+        else:
+            yield assembler.ended()
+
+    async def _complete(self, effect: CallModel, request: dict[str, Any]) -> list[Event]:
+        """The events of a non-streaming call."""
+        timeout = (
+            self._complete_timeout if self._complete_timeout is not None else anthropic.NOT_GIVEN
+        )
+        try:
+            message = await self._client.messages.create(**request, timeout=timeout)
+        except Exception as exc:  # cancellation is a BaseException: it propagates
+            return [self._failed(effect.call_id, exc, started=False)]
+        events: list[Event] = []
+        for index, block in enumerate(message.content):
+            # Without the raw JSON text a cut-off tool input cannot be told from a complete
+            # one: a tool_use that ends a max_tokens response is treated as cut off.
+            cut = message.stop_reason == "max_tokens" and index == len(message.content) - 1
+            event = self._block_of(effect.call_id, block, cut)
+            if event is not None:
+                events.append(event)
+        usage = message.usage
+        events.append(
+            ModelResponseEnded(
+                call_id=effect.call_id,
+                model=message.model or effect.model,
+                stop_reason=message.stop_reason,
+                usage=Usage(
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+                    cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+                ),
+                at_ms=self._clock(),
+            )
+        )
+        return events
+
+    def _block_of(self, call_id: int, block: object, cut: bool) -> ModelBlockReceived | None:
+        at = self._clock()
+        if isinstance(block, SdkTextBlock):
+            return ModelBlockReceived(call_id=call_id, block=TextBlock(text=block.text), at_ms=at)
+        if isinstance(block, SdkThinkingBlock):
+            b = ThinkingBlock(thinking=block.thinking, signature=block.signature)
+            return ModelBlockReceived(call_id=call_id, block=b, at_ms=at)
+        if isinstance(block, SdkRedactedThinkingBlock):
+            r = RedactedThinkingBlock(data=block.data)
+            return ModelBlockReceived(call_id=call_id, block=r, at_ms=at)
+        if isinstance(block, SdkToolUseBlock):
+            ok = isinstance(block.input, dict) and not cut
+            tool_input: dict[str, Any] = dict(block.input) if ok else {}
+            return ModelBlockReceived(
+                call_id=call_id,
+                block=ToolUseBlock(id=block.id, name=block.name, input=tool_input),
+                tool=self._traits_for(block.name, tool_input),
+                input_complete=ok,
+                at_ms=at,
+            )
+        return None
+
+
+async def _dispose(raw: anthropic.AsyncStream[Any]) -> None:
+    """Close the response and run the SDK's iterator to its end.
+
+    Closing only the response leaves the SDK's nested async generators suspended; trio warns
+    when they are collected. After the close, the iterator yields what was already buffered and
+    then fails on the closed connection, which finishes every generator in the chain.
+    """
+    with anyio.CancelScope(shield=True):
+        await raw.close()
+        while True:
+            try:
+                await raw.__anext__()
+            except (StopAsyncIteration, Exception):
+                return

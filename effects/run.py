@@ -1,0 +1,543 @@
+"""The interpreter: run the pure machine against the world (DESIGN section 6).
+
+``run(...)`` returns a :class:`Run`, an async context manager and async iterator. One driver
+task applies ``step()``, executes the effects it returns and feeds the world's answers back as
+events; it makes no control decision of its own. Every effect that waits on the world (a model
+call, a tool, a wait, a compaction, stop hooks, a summary) runs in its own task inside one task
+group, each under its own cancel scope, and reports back through an event stream that only the
+driver reads. Items for the consumer go through a zero-buffer stream, so nothing advances until
+the consumer pulls (backpressure). Nothing yields to the consumer from inside the task group:
+the consumer's ``__anext__`` only receives from that stream (the anyio pitfall, PEP 789).
+
+Leaving the ``async with`` block (normally, by ``break``, by an exception or by cancellation)
+cancels the task group: model streams, tools and hook subprocesses are cancelled and awaited
+before ``__aexit__`` returns.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from effects.tools.base import ToolContext, ToolRegistry
+from reducer import LoopConfig, LoopState, Request, Session, start, step
+from reducer.effects import (
+    AcknowledgeCommands,
+    AskPermission,
+    CallModel,
+    CancelCompaction,
+    CancelModelCall,
+    CancelStopHooks,
+    CancelTools,
+    CancelWait,
+    Compact,
+    Effect,
+    Emit,
+    Finish,
+    PersistToolResult,
+    RunStopHooks,
+    StartTool,
+    SummarizeToolUse,
+    Wait,
+)
+from reducer.events import (
+    CompactionFailed,
+    CompactionFinished,
+    Event,
+    Interrupted,
+    ModelCallFailed,
+    ModelResponseEnded,
+    PermissionAnswered,
+    StopHooksFinished,
+    ToolFinished,
+    ToolUseSummaryReady,
+    WaitElapsed,
+)
+from reducer.messages import Emitted, Usage
+from reducer.transitions import Terminal
+
+__all__ = [
+    "Compactor",
+    "ModelClient",
+    "PermissionPolicy",
+    "PermissionRequest",
+    "Run",
+    "RunResult",
+    "StepObserver",
+    "StopHookRunner",
+    "run",
+]
+
+
+class ModelClient(Protocol):
+    """Streams one model call as reducer events, ending with exactly one of
+    ``ModelResponseEnded`` or ``ModelCallFailed`` (effects/model.py, effects/scripted.py)."""
+
+    def stream(self, effect: CallModel) -> AsyncIterator[Event]: ...
+
+
+class Compactor(Protocol):
+    async def compact(self, effect: Compact) -> CompactionFinished | CompactionFailed: ...
+
+
+class StopHookRunner(Protocol):
+    async def run(
+        self, effect: RunStopHooks, *, session_id: str, transcript_path: str, cwd: str, event_name: str = "Stop"
+    ) -> StopHooksFinished: ...
+
+
+StepObserver = Callable[[Event | None, LoopState, tuple[Effect, ...]], None]
+"""Called after start() (event None) and after every step(); the trace recorder is one."""
+
+
+@attrs.frozen(kw_only=True)
+class PermissionPolicy:
+    """Which tool calls run without asking: ``allow`` and ``deny`` are tool names; everything
+    else gets ``default``. "ask" surfaces a :class:`PermissionRequest` on the run."""
+
+    allow: frozenset[str] = frozenset()
+    deny: frozenset[str] = frozenset()
+    default: Literal["allow", "ask", "deny"] = "ask"
+
+    def decide(self, name: str, input: Mapping[str, Any]) -> Literal["allow", "ask", "deny"]:
+        if name in self.deny:
+            return "deny"
+        if name in self.allow:
+            return "allow"
+        return self.default
+
+
+class PermissionRequest:
+    """A tool call waiting for the user's answer. Call :meth:`allow` or :meth:`reject`."""
+
+    def __init__(self, run: Run, effect: AskPermission) -> None:
+        self._run = run
+        self._effect = effect
+        self.answered = False
+
+    @property
+    def tool_use_id(self) -> str:
+        return self._effect.tool_use_id
+
+    @property
+    def name(self) -> str:
+        return self._effect.name
+
+    @property
+    def input(self) -> Mapping[str, Any]:
+        return self._effect.input
+
+    def _answer(self, decision: Literal["allow", "deny_by_rule", "rejected_by_user"], reason: str = "") -> None:
+        if self.answered:
+            raise RuntimeError(f"permission for {self.tool_use_id} was already answered")
+        self.answered = True
+        self._run._feed(
+            PermissionAnswered(
+                generation=self._effect.generation,
+                tool_use_id=self._effect.tool_use_id,
+                decision=decision,
+                reason=reason,
+                at_ms=self._run._now(),
+            )
+        )
+
+    def allow(self) -> None:
+        self._answer("allow")
+
+    def reject(self) -> None:
+        """The user said no: the round is aborted (specs/ R-PERM-3)."""
+        self._answer("rejected_by_user")
+
+    def __repr__(self) -> str:
+        return f"PermissionRequest({self.name}, {dict(self.input)!r})"
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """How the turn ended: the Terminal, the final state (``state.session()`` continues the
+    conversation) and the usage summed over every model response."""
+
+    terminal: Terminal
+    state: LoopState
+    usage: Usage
+
+
+Item = Emitted | PermissionRequest
+
+
+class Run:
+    """An agent turn in progress. Use as ``async with run(...) as r: async for item in r``."""
+
+    def __init__(
+        self,
+        request: Request,
+        *,
+        config: LoopConfig,
+        model: ModelClient,
+        tools: ToolRegistry,
+        workspace: Path,
+        permissions: PermissionPolicy,
+        compactor: Compactor | None,
+        stop_hooks: StopHookRunner | None,
+        session: Session | None,
+        session_id: str,
+        transcript_path: Path | None,
+        tool_timeout_s: float,
+        clock_ms: Callable[[], int],
+        observer: StepObserver | None,
+        summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None,
+        on_acknowledge: Callable[[tuple[str, ...]], None] | None,
+    ) -> None:
+        self.request = request
+        self.config = config
+        self._model = model
+        self._tools = tools
+        self._workspace = workspace
+        self._permissions = permissions
+        self._compactor = compactor
+        self._stop_hooks = stop_hooks
+        self._session = session
+        self.session_id = session_id
+        self.transcript_path = transcript_path
+        self._tool_timeout_s = tool_timeout_s
+        self._now = clock_ms
+        self._observer = observer
+        self._summarizer = summarizer
+        self._on_acknowledge = on_acknowledge
+        self.persisted: dict[str, str] = {}
+        self.result: RunResult | None = None
+        self.state: LoopState | None = None  # the latest state, for display
+        self._usage = Usage()
+        self._scopes: dict[tuple[str, object], anyio.CancelScope] = {}
+        self._tg: TaskGroup | None = None
+        self._events_send: MemoryObjectSendStream[Event]
+        self._events_recv: MemoryObjectReceiveStream[Event]
+        self._out_send: MemoryObjectSendStream[Item]
+        self._out_recv: MemoryObjectReceiveStream[Item]
+        self._transcript: Any = None
+        self._entered = False
+
+    # -- public API ------------------------------------------------------------------------
+
+    def interrupt(self, kind: Literal["hard", "submit"] = "hard") -> None:
+        """Interrupt the turn: ``hard`` (Esc) or ``submit`` (the user sent a new message)."""
+        if self.result is None:
+            self._feed(Interrupted(kind=kind, at_ms=self._now()))
+
+    async def __aenter__(self) -> Run:
+        if self._entered:
+            raise RuntimeError("a Run can be entered once")
+        self._entered = True
+        self._events_send, self._events_recv = anyio.create_memory_object_stream[Event](math.inf)
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[Item](0)
+        if self.transcript_path is not None:
+            from effects.transcript import TranscriptWriter
+
+            self._transcript = TranscriptWriter(
+                self.transcript_path, session_id=self.session_id, cwd=str(self._workspace), version=_version()
+            )
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._drive)
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # stop the driver and every effect task first
+        try:
+            return await self._tg.__aexit__(et, e, tb)
+        finally:
+            self._out_recv.close()
+            self._events_recv.close()
+            self._events_send.close()
+            if self._transcript is not None:
+                self._transcript.close()
+
+    def __aiter__(self) -> Run:
+        return self
+
+    async def __anext__(self) -> Item:
+        try:
+            return await self._out_recv.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    # -- the driver --------------------------------------------------------------------------
+
+    def _feed(self, event: Event) -> None:
+        try:
+            self._events_send.send_nowait(event)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the run has ended; late answers go nowhere
+
+    async def _drive(self) -> None:
+        async with self._out_send:
+            state, fx = start(self.request, self.config, self._session)
+            if self._observer is not None:
+                self._observer(None, state, fx)
+            while True:
+                finished = await self._execute(state, fx)
+                if finished:
+                    return
+                event = await self._events_recv.receive()
+                if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
+                    self._usage = _add(self._usage, event.usage)
+                state, fx = step(state, event, self.config)
+                if self._observer is not None:
+                    self._observer(event, state, fx)
+
+    async def _execute(self, state: LoopState, fx: tuple[Effect, ...]) -> bool:
+        assert self._tg is not None
+        self.state = state
+        tg = self._tg
+        for effect in fx:
+            match effect:
+                case Emit(item=item):
+                    if self._transcript is not None:
+                        self._transcript.record(item)
+                    await self._out_send.send(item)
+                case CallModel():
+                    tg.start_soon(self._call_model, effect)
+                case CancelModelCall(call_id=cid):
+                    self._cancel(("model", cid))
+                case AskPermission():
+                    await self._ask(effect)
+                case StartTool():
+                    tg.start_soon(self._run_tool, effect)
+                case CancelTools(generation=gen, tool_use_ids=ids):
+                    for tid in ids:
+                        self._cancel(("tool", (gen, tid)))
+                case Wait(wait_id=wid, ms=ms):
+                    tg.start_soon(self._wait, wid, ms)
+                case CancelWait(wait_id=wid):
+                    self._cancel(("wait", wid))
+                case Compact():
+                    tg.start_soon(self._compact, effect)
+                case CancelCompaction(compact_id=cid):
+                    self._cancel(("compact", cid))
+                case RunStopHooks():
+                    tg.start_soon(self._run_hooks, effect)
+                case CancelStopHooks(hooks_id=hid):
+                    self._cancel(("hooks", hid))
+                case PersistToolResult(tool_use_id=tid, content=content):
+                    self.persisted[tid] = content
+                case SummarizeToolUse():
+                    tg.start_soon(self._summarize, effect)
+                case AcknowledgeCommands(command_ids=ids):
+                    if self._on_acknowledge is not None:
+                        self._on_acknowledge(ids)
+                case Finish(terminal=terminal):
+                    self.result = RunResult(terminal=terminal, state=state, usage=self._usage)
+                    return True
+                case _:
+                    raise AssertionError(f"unhandled effect {effect!r}")  # pragma: no cover
+        return False
+
+    def _cancel(self, key: tuple[str, object]) -> None:
+        scope = self._scopes.pop(key, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _scoped(self, key: tuple[str, object], body: Callable[[], Awaitable[None]]) -> None:
+        with anyio.CancelScope() as scope:
+            self._scopes[key] = scope
+            try:
+                await body()
+            finally:
+                if self._scopes.get(key) is scope:
+                    del self._scopes[key]
+
+    # -- effect handlers: each only classifies what happened into an event -------------------
+
+    async def _call_model(self, effect: CallModel) -> None:
+        async def body() -> None:
+            ended = False
+            try:
+                async for event in self._model.stream(effect):
+                    self._feed(event)
+                    if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
+                        ended = True
+                        break
+            except Exception as exc:  # a broken client is a model error, not a crash
+                self._feed(ModelCallFailed(call_id=effect.call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}", at_ms=self._now()))
+                return
+            if not ended:
+                self._feed(ModelCallFailed(call_id=effect.call_id, kind="stream_broken", message="the model stream ended without a result", at_ms=self._now()))
+
+        await self._scoped(("model", effect.call_id), body)
+
+    async def _ask(self, effect: AskPermission) -> None:
+        decision = self._permissions.decide(effect.name, effect.input)
+        if decision == "ask":
+            await self._out_send.send(PermissionRequest(self, effect))
+            return
+        self._feed(
+            PermissionAnswered(
+                generation=effect.generation,
+                tool_use_id=effect.tool_use_id,
+                decision="allow" if decision == "allow" else "deny_by_rule",
+                reason="" if decision == "allow" else "The permission policy denies this tool.",
+                at_ms=self._now(),
+            )
+        )
+
+    async def _run_tool(self, effect: StartTool) -> None:
+        async def body() -> None:
+            ctx = ToolContext(workspace=self._workspace, tool_use_id=effect.tool_use_id)
+            out = await self._tools.run(effect.name, effect.input, ctx, self._tool_timeout_s)
+            self._feed(
+                ToolFinished(
+                    generation=effect.generation,
+                    tool_use_id=effect.tool_use_id,
+                    content=out.content,
+                    is_error=out.is_error,
+                    hook_stopped=out.hook_stopped,
+                    at_ms=self._now(),
+                )
+            )
+
+        await self._scoped(("tool", (effect.generation, effect.tool_use_id)), body)
+
+    async def _wait(self, wait_id: int, ms: int) -> None:
+        async def body() -> None:
+            await anyio.sleep(ms / 1000)
+            self._feed(WaitElapsed(wait_id=wait_id, at_ms=self._now()))
+
+        await self._scoped(("wait", wait_id), body)
+
+    async def _compact(self, effect: Compact) -> None:
+        async def body() -> None:
+            if self._compactor is None:
+                self._feed(CompactionFailed(compact_id=effect.compact_id, reason="no compactor configured", at_ms=self._now()))
+                return
+            try:
+                result = await self._compactor.compact(effect)
+            except Exception as exc:  # counted by the breaker, never a crash
+                result = CompactionFailed(compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}")
+            self._feed(attrs.evolve(result, at_ms=self._now()))
+
+        await self._scoped(("compact", effect.compact_id), body)
+
+    async def _run_hooks(self, effect: RunStopHooks) -> None:
+        async def body() -> None:
+            if self._stop_hooks is None:
+                self._feed(StopHooksFinished(hooks_id=effect.hooks_id, at_ms=self._now()))
+                return
+            try:
+                result = await self._stop_hooks.run(
+                    effect,
+                    session_id=self.session_id,
+                    transcript_path=str(self.transcript_path or ""),
+                    cwd=str(self._workspace),
+                    event_name="SubagentStop" if self.config.is_subagent else "Stop",
+                )
+            except Exception as exc:
+                result = StopHooksFinished(hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}")
+            self._feed(attrs.evolve(result, at_ms=self._now()))
+
+        await self._scoped(("hooks", effect.hooks_id), body)
+
+    async def _summarize(self, effect: SummarizeToolUse) -> None:
+        async def body() -> None:
+            text: str | None = None
+            if self._summarizer is not None:
+                try:
+                    text = await self._summarizer(effect)
+                except Exception:
+                    text = None
+            self._feed(ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now()))
+
+        await self._scoped(("summary", effect.summary_id), body)
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        cache_creation_input_tokens=a.cache_creation_input_tokens + b.cache_creation_input_tokens,
+        cache_read_input_tokens=a.cache_read_input_tokens + b.cache_read_input_tokens,
+    )
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("steploop")
+    except Exception:
+        return "0+unknown"
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def run(
+    request: Request | str,
+    *,
+    model: ModelClient,
+    tools: ToolRegistry | Sequence[Any] = (),
+    config: LoopConfig | None = None,
+    workspace: str | Path = ".",
+    permissions: PermissionPolicy | None = None,
+    compactor: Compactor | None = None,
+    stop_hooks: StopHookRunner | None = None,
+    session: Session | None = None,
+    session_id: str = "steploop-session",
+    transcript_path: str | Path | None = None,
+    tool_timeout_s: float = 120.0,
+    clock_ms: Callable[[], int] = _wall_ms,
+    observer: StepObserver | None = None,
+    summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None = None,
+    on_acknowledge: Callable[[tuple[str, ...]], None] | None = None,
+) -> Run:
+    """Start one user turn of the agent loop.
+
+    Args:
+        request: the prompt (or a full Request with budgets).
+        model: the model client (``AnthropicModelClient`` or ``ScriptedModel``).
+        tools: a ToolRegistry, or tools to put in one.
+        config: the loop config (default profile when omitted).
+        workspace: the directory tools are confined to.
+        permissions: which calls run without asking (default: ask for every call).
+        compactor: summarises the conversation for (auto and reactive) compaction.
+        stop_hooks: runs stop hooks when the model finishes without tool use.
+        session: the previous turn's ``result.state.session()`` for multi-turn use.
+        transcript_path: where to keep a Claude Code JSONL transcript (stop hooks read it).
+        observer: called with (event, state, effects) after every step (trace recording).
+
+    Returns:
+        A :class:`Run`; use it as ``async with run(...) as r: async for item in r: ...`` and read
+        ``r.result`` afterwards.
+    """
+    req = Request(prompt=request) if isinstance(request, str) else request
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    return Run(
+        req,
+        config=config or LoopConfig(),
+        model=model,
+        tools=registry,
+        workspace=Path(workspace).resolve(),
+        permissions=permissions or PermissionPolicy(),
+        compactor=compactor,
+        stop_hooks=stop_hooks,
+        session=session,
+        session_id=session_id,
+        transcript_path=Path(transcript_path) if transcript_path is not None else None,
+        tool_timeout_s=tool_timeout_s,
+        clock_ms=clock_ms,
+        observer=observer,
+        summarizer=summarizer,
+        on_acknowledge=on_acknowledge,
+    )

@@ -1,0 +1,33 @@
+"""The shell's tool layer: the tool contract, the registry, and the built-in tools."""
+
+from effects.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry, tool_use_error
+from effects.tools.builtin import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_RESULTS,
+    Bash,
+    Edit,
+    Glob,
+    Grep,
+    Read,
+    Write,
+    builtin_tools,
+    is_read_only_command,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_RESULTS",
+    "Bash",
+    "Edit",
+    "Glob",
+    "Grep",
+    "Read",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+    "Write",
+    "builtin_tools",
+    "is_read_only_command",
+    "tool_use_error",
+]

@@ -1,0 +1,249 @@
+"""The tool contract and the registry the shell runs tool calls through.
+
+A tool is anything shaped like :class:`Tool`: a name, a JSON Schema for its input, a few traits
+the reducer needs for scheduling (reported as :class:`reducer.events.ToolTraits`), and an async
+``call``. The :class:`ToolRegistry` owns the tools of one session: it answers the reducer's
+questions about a call (``traits``), checks inputs against the schemas (``validate``) and runs a
+call so that whatever goes wrong in the tool comes back as an error result, never as an
+exception (``run``). Only cancellation passes through ``run``: the shell cancels tool tasks on
+an interrupt and must see them stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import anyio
+import attrs
+
+# jsonschema ships no type information; types-jsonschema may or may not be installed.
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
+from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+    SchemaError,
+    best_match,
+)
+
+from reducer.events import InterruptBehavior, ToolTraits
+
+__all__ = [
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+    "tool_use_error",
+]
+
+_MAX_MESSAGE_CHARS = 500
+
+
+@attrs.frozen(kw_only=True)
+class ToolContext:
+    """What a running call may know of its surroundings.
+
+    ``workspace`` is the session's root directory, already resolved (absolute, no symlinks).
+    """
+
+    workspace: Path
+    tool_use_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolOutput:
+    """The result of one call, as it goes into the tool_result block.
+
+    ``hook_stopped`` is set when a post-tool hook asked the loop to stop after this call.
+    """
+
+    content: str
+    is_error: bool = False
+    hook_stopped: bool = False
+
+
+def tool_use_error(message: str) -> ToolOutput:
+    """An error result in the usual form: ``<tool_use_error>...</tool_use_error>``."""
+    return ToolOutput(content=f"<tool_use_error>{message}</tool_use_error>", is_error=True)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """What the registry needs of a tool.
+
+    The data members are read-only properties here, so plain attributes, class attributes and
+    properties all satisfy the protocol. ``max_result_chars`` of None means the tool's results
+    are never budgeted. ``interrupt`` says what a user interrupt does to a running call:
+    "cancel" stops it, "block" lets it finish. ``cancels_siblings_on_error`` makes an error of
+    this tool cancel the other calls of the same batch (like Bash).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]: ...
+
+    @property
+    def max_result_chars(self) -> int | None: ...
+
+    @property
+    def interrupt(self) -> InterruptBehavior: ...
+
+    @property
+    def cancels_siblings_on_error(self) -> bool: ...
+
+    def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:
+        """True when this call (for this input) may run alongside other safe calls."""
+        ...
+
+    async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run the call; ``input`` has already passed the schema."""
+        ...
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    if len(flat) > _MAX_MESSAGE_CHARS:
+        return flat[: _MAX_MESSAGE_CHARS - 3] + "..."
+    return flat
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-like copy of ``value``: every Mapping a dict, every list or tuple a list."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _format_path(path: Iterable[Any]) -> str:
+    out = "input"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+class ToolRegistry:
+    """The tools of a session, by name, in registration order.
+
+    One Draft 2020-12 validator is built per tool when the registry is built, so a tool with a
+    broken schema is refused up front (ValueError), as is a second tool with a taken name.
+    """
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Any] = {}
+        for tool in tools:
+            if not isinstance(tool, Tool):
+                raise TypeError(f"{tool!r} does not implement the Tool protocol")
+            name = tool.name
+            if name in self._tools:
+                raise ValueError(f"duplicate tool name {name!r}")
+            schema = _plain(tool.input_schema)
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                raise ValueError(
+                    f"tool {name!r} has an invalid input_schema: {_one_line(str(exc.message))}"
+                ) from exc
+            self._tools[name] = tool
+            self._validators[name] = Draft202012Validator(schema)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Tool names in registration order."""
+        return tuple(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def validate(self, name: str, input: Mapping[str, Any]) -> str | None:
+        """None if ``input`` fits the tool's schema, else a one-line message naming the field.
+
+        The message has the form ``input.field: <what is wrong>`` (``input: ...`` for problems
+        with the object itself, such as a missing required property).
+        """
+        validator = self._validators.get(name)
+        if validator is None:
+            return f"No such tool available: {name}"
+        error = best_match(validator.iter_errors(input))
+        if error is None:
+            return None
+        return f"{_format_path(error.absolute_path)}: {_one_line(str(error.message))}"
+
+    def traits(self, name: str, input: Mapping[str, Any]) -> ToolTraits:
+        """What the reducer needs to schedule this call.
+
+        An unknown tool is reported ``known=False``; a call whose input fails the schema, or
+        whose tool raises while judging it, is never concurrency-safe.
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolTraits(known=False, concurrency_safe=False)
+        safe = False
+        try:
+            if self.validate(name, input) is None:
+                safe = bool(tool.is_concurrency_safe(input))
+        except Exception:
+            safe = False
+        return ToolTraits(
+            known=True,
+            concurrency_safe=safe,
+            interrupt=tool.interrupt,
+            cancels_siblings_on_error=tool.cancels_siblings_on_error,
+            max_result_chars=tool.max_result_chars,
+        )
+
+    async def run(
+        self, name: str, input: Mapping[str, Any], ctx: ToolContext, timeout_s: float
+    ) -> ToolOutput:
+        """Run one call; every failure of the tool comes back as an ``is_error`` output.
+
+        Unknown tool, invalid input, an exception from the tool and a call that outlives
+        ``timeout_s`` seconds all give error outputs. Cancellation from outside propagates.
+        """
+        tool = self._tools.get(name)
+        if tool is None:
+            return tool_use_error(f"Error: No such tool available: {name}")
+        try:
+            problem = self.validate(name, input)
+        except Exception as exc:
+            problem = f"input: could not be validated ({type(exc).__name__}: {_one_line(str(exc))})"
+        if problem is not None:
+            return tool_use_error(f"InputValidationError: {problem}")
+
+        with anyio.move_on_after(timeout_s):
+            try:
+                output = await tool.call(input, ctx)
+            except Exception as exc:
+                return tool_use_error(f"Error calling tool {name}: {type(exc).__name__}: {exc}")
+            if not isinstance(output, ToolOutput):
+                return tool_use_error(
+                    f"Error calling tool {name}: it returned {type(output).__name__}, "
+                    "not a ToolOutput"
+                )
+            return output
+        # Only reached when our own deadline cancelled the call.
+        return ToolOutput(content=f"Tool {name} timed out after {timeout_s:g} s", is_error=True)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The tools as the Anthropic API wants them, in registration order."""
+        return [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": _plain(tool.input_schema),
+            }
+            for tool in self._tools.values()
+        ]
