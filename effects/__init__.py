@@ -6,6 +6,7 @@ from effects.run import (
     Run,
     RunResult,
     run,
+    run_sync,
 )
 
-__all__ = ["PermissionPolicy", "PermissionRequest", "Run", "RunResult", "run"]
+__all__ = ["PermissionPolicy", "PermissionRequest", "Run", "RunResult", "run", "run_sync"]

@@ -75,6 +75,7 @@ __all__ = [
     "StepObserver",
     "StopHookRunner",
     "run",
+    "run_sync",
 ]
 
 
@@ -541,3 +542,41 @@ def run(
         summarizer=summarizer,
         on_acknowledge=on_acknowledge,
     )
+
+
+def run_sync(
+    request: Request | str,
+    *,
+    on_item: Callable[[Emitted], None] | None = None,
+    on_permission: Callable[[PermissionRequest], bool] | None = None,
+    backend: str = "asyncio",
+    **kwargs: Any,
+) -> RunResult:
+    """Run one user turn to its end from synchronous code (scripts, notebooks).
+
+    Args:
+        request: the prompt or a Request.
+        on_item: called with every emitted item, in order.
+        on_permission: answers permission requests (True = allow); without it every request
+            that the policy does not settle is rejected.
+        backend: "asyncio" or "trio".
+        **kwargs: everything :func:`run` takes (``model=`` is required).
+
+    Returns:
+        The :class:`RunResult`.
+    """
+
+    async def main() -> RunResult:
+        async with run(request, **kwargs) as r:
+            async for item in r:
+                if isinstance(item, PermissionRequest):
+                    if on_permission is not None and on_permission(item):
+                        item.allow()
+                    else:
+                        item.reject()
+                elif on_item is not None:
+                    on_item(item)
+        assert r.result is not None
+        return r.result
+
+    return anyio.run(main, backend=backend)
