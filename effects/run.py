@@ -364,12 +364,19 @@ class Run:
     async def _call_model(self, effect: CallModel) -> None:
         async def body() -> None:
             ended = False
+            stream = self._model.stream(effect)
             try:
-                async for event in self._model.stream(effect):
-                    self._feed(event)
-                    if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
-                        ended = True
-                        break
+                try:
+                    async for event in stream:
+                        self._feed(event)
+                        if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
+                            ended = True
+                            break
+                finally:
+                    aclose = getattr(stream, "aclose", None)
+                    if aclose is not None:
+                        with anyio.CancelScope(shield=True):
+                            await aclose()
             except Exception as exc:  # a broken client is a model error, not a crash
                 self._feed(ModelCallFailed(call_id=effect.call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}", at_ms=self._now()))
                 return

@@ -1,0 +1,242 @@
+"""The interpreter on asyncio and trio: the walk-through, backpressure, cleanup, interrupts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from effects import PermissionPolicy, PermissionRequest, run, run_sync
+from effects.cli import SAMPLE_PROJECT, demo_script
+from effects.scripted import ScriptedModel, failure, reply, tool_call
+from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
+from reducer import LoopConfig, Request
+from reducer.events import Event
+from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, UserMessage
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class SlowTool:
+    """A safe tool that sleeps; records whether it was cancelled."""
+
+    name = "Slow"
+    description = "sleeps"
+    input_schema: Mapping[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+    max_result_chars = None
+    interrupt = "cancel"
+    cancels_siblings_on_error = False
+
+    def __init__(self, seconds: float = 30.0) -> None:
+        self.seconds = seconds
+        self.started = anyio.Event()
+        self.cancelled = False
+        self.finished = False
+
+    def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:
+        return True
+
+    async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        self.started.set()
+        try:
+            await anyio.sleep(self.seconds)
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+        self.finished = True
+        return ToolOutput(content="slept")
+
+
+def _workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(SAMPLE_PROJECT, ws)
+    return ws
+
+
+def _tool_pairs_ok(messages: Any) -> bool:
+    uses = [b.id for m in messages if isinstance(m, AssistantMessage) for b in m.content if isinstance(b, ToolUseBlock)]
+    results = [b.tool_use_id for m in messages if isinstance(m, UserMessage) for b in m.content if isinstance(b, ToolResultBlock)]
+    return sorted(uses) == sorted(results)
+
+
+@pytest.mark.anyio
+async def test_walkthrough_runs_live(tmp_path: Path) -> None:
+    """The seed's walk-through through run(): Read, approved Edit, completed; the file is fixed."""
+    ws = _workspace(tmp_path)
+    tools = ToolRegistry(builtin_tools(ws))
+    model = ScriptedModel.from_json(demo_script(), traits_for=tools.traits)
+    asked: list[str] = []
+    async with run(
+        "Fix the null pointer bug in src/auth/validate.ts",
+        model=model,
+        tools=tools,
+        workspace=ws,
+        permissions=PermissionPolicy(allow=frozenset({"Read"})),
+        transcript_path=tmp_path / "t.jsonl",
+    ) as r:
+        async for item in r:
+            if isinstance(item, PermissionRequest):
+                asked.append(item.name)
+                item.allow()
+    assert r.result is not None
+    assert r.result.terminal.TAG == "completed"
+    assert asked == ["Edit"]
+    assert "if (!userId) return { error: 'unauthorized' }" in (ws / "src/auth/validate.ts").read_text()
+    assert r.result.state.turn_count == 3
+    assert r.result.usage.output_tokens == 150
+    assert _tool_pairs_ok(r.result.state.conversation.messages())
+    assert (tmp_path / "t.jsonl").read_text().count("\n") == len(r.result.state.conversation)
+
+
+@pytest.mark.anyio
+async def test_backpressure_nothing_advances_until_pulled(tmp_path: Path) -> None:
+    """With the consumer not pulling, the driver stops at the next item it has to hand over."""
+    steps: list[Event | None] = []
+    model = ScriptedModel([reply("one"), reply("two")], traits_for=ToolRegistry([]).traits)
+    async with run("hi", model=model, workspace=tmp_path, observer=lambda e, s, fx: steps.append(e)) as r:
+        first = await r.__anext__()
+        assert isinstance(first, UserMessage)
+        await anyio.sleep(0.05)
+        # start() ran; the model's first block reached the machine, whose Emit now waits for us
+        assert len(steps) == 2 and r.state is not None and r.state.phase == "streaming"
+        await anyio.sleep(0.05)
+        assert len(steps) == 2
+        rest = [item async for item in r]
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    assert len(rest) == 1
+
+
+@pytest.mark.anyio
+async def test_break_early_cancels_running_tool(tmp_path: Path) -> None:
+    """Leaving the run while a tool runs cancels and awaits it: nothing is left behind."""
+    slow = SlowTool()
+    tools = ToolRegistry([slow])
+    model = ScriptedModel([tool_call("Slow", {}), reply("done")], traits_for=tools.traits)
+    async with run("go", model=model, tools=tools, workspace=tmp_path, permissions=PermissionPolicy(default="allow")) as r:
+        async for item in r:
+            if isinstance(item, AssistantMessage) and isinstance(item.content[0], ToolUseBlock):
+                await slow.started.wait()
+                break
+    assert slow.cancelled and not slow.finished
+    assert r.result is None
+
+
+@pytest.mark.anyio
+async def test_external_cancellation_kills_subprocess(tmp_path: Path) -> None:
+    """A cancelled consumer leaves no Bash subprocess behind."""
+    tools = ToolRegistry(builtin_tools(tmp_path, enable_bash=True))
+    marker = tmp_path / "pid"
+    cmd = f"echo $$ > {marker}; exec sleep 30"
+    model = ScriptedModel([tool_call("Bash", {"command": cmd}), reply("done")], traits_for=tools.traits)
+    with anyio.move_on_after(1.0):
+        async with run("go", model=model, tools=tools, workspace=tmp_path, permissions=PermissionPolicy(default="allow")) as r:
+            async for _item in r:
+                pass
+    assert r.result is None
+    pid = int(marker.read_text().strip())
+    await anyio.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by PID 1 in a container) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.anyio
+async def test_hard_interrupt_during_tools(tmp_path: Path) -> None:
+    """interrupt('hard') while a tool runs ends aborted_tools with a synthetic result."""
+    slow = SlowTool()
+    tools = ToolRegistry([slow])
+    model = ScriptedModel([tool_call("Slow", {}), reply("done")], traits_for=tools.traits)
+    async with run("go", model=model, tools=tools, workspace=tmp_path, permissions=PermissionPolicy(default="allow")) as r:
+        async for item in r:
+            if isinstance(item, AssistantMessage) and isinstance(item.content[0], ToolUseBlock):
+                await slow.started.wait()
+                r.interrupt("hard")
+    assert r.result is not None
+    assert r.result.terminal.TAG in ("aborted_streaming", "aborted_tools")
+    assert slow.cancelled
+    assert _tool_pairs_ok(r.result.state.conversation.messages())
+
+
+@pytest.mark.anyio
+async def test_rejected_permission_aborts(tmp_path: Path) -> None:
+    """A user's rejection of a tool call aborts the turn (aborted_tools)."""
+    ws = _workspace(tmp_path)
+    tools = ToolRegistry(builtin_tools(ws))
+    model = ScriptedModel(
+        [tool_call("Write", {"file_path": "x.txt", "content": "hi"}), reply("done")], traits_for=tools.traits
+    )
+    async with run("go", model=model, tools=tools, workspace=ws) as r:
+        async for item in r:
+            if isinstance(item, PermissionRequest):
+                item.reject()
+    assert r.result is not None and r.result.terminal.TAG == "aborted_tools"
+    assert not (ws / "x.txt").exists()
+
+
+@pytest.mark.anyio
+async def test_retry_waits_then_succeeds(tmp_path: Path) -> None:
+    """A rate limit is retried after the machine's Wait; the turn then completes."""
+    model = ScriptedModel([failure("rate_limited", 429, 20), reply("ok")], traits_for=ToolRegistry([]).traits)
+    notices = []
+    async with run("hi", model=model, workspace=tmp_path) as r:
+        async for item in r:
+            notices.append(item)
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    assert any(getattr(i, "subtype", "") == "api_error" for i in notices)
+
+
+@pytest.mark.anyio
+async def test_multi_turn_session(tmp_path: Path) -> None:
+    """The final state's session continues the conversation in the next user turn."""
+    traits = ToolRegistry([]).traits
+    async with run("first", model=ScriptedModel([reply("a")], traits_for=traits), workspace=tmp_path) as r1:
+        _ = [i async for i in r1]
+    assert r1.result is not None
+    session = r1.result.state.session()
+    async with run("second", model=ScriptedModel([reply("b")], traits_for=traits), workspace=tmp_path, session=session) as r2:
+        _ = [i async for i in r2]
+    assert r2.result is not None
+    texts = [m.content[0].text for m in r2.result.state.conversation.messages()]  # type: ignore[union-attr]
+    assert texts == ["first", "a", "second", "b"]
+
+
+@pytest.mark.anyio
+async def test_script_exhausted_is_a_model_error(tmp_path: Path) -> None:
+    """A model client that raises becomes model_error, not a crash of the run."""
+    model = ScriptedModel([tool_call("Read", {"file_path": "README.md"})], traits_for=ToolRegistry(builtin_tools(tmp_path)).traits)
+    (tmp_path / "README.md").write_text("hello")
+    async with run("go", model=model, tools=builtin_tools(tmp_path), workspace=tmp_path, permissions=PermissionPolicy(default="allow")) as r:
+        _ = [i async for i in r]
+    assert r.result is not None and r.result.terminal.TAG == "model_error"
+
+
+def test_run_sync_wrapper(tmp_path: Path) -> None:
+    """run_sync drives a turn from synchronous code and returns the result."""
+    items: list[Any] = []
+    res = run_sync(
+        Request(prompt="hi"),
+        model=ScriptedModel([reply("hello")], traits_for=ToolRegistry([]).traits),
+        workspace=tmp_path,
+        config=LoopConfig(),
+        on_item=items.append,
+    )
+    assert res.terminal.TAG == "completed" and len(items) == 2
