@@ -54,6 +54,7 @@ from reducer.events import (
     CompactionFinished,
     Event,
     Interrupted,
+    ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
     PermissionAnswered,
@@ -74,6 +75,7 @@ __all__ = [
     "RunResult",
     "StepObserver",
     "StopHookRunner",
+    "Timeouts",
     "run",
     "run_sync",
 ]
@@ -92,7 +94,13 @@ class Compactor(Protocol):
 
 class StopHookRunner(Protocol):
     async def run(
-        self, effect: RunStopHooks, *, session_id: str, transcript_path: str, cwd: str, event_name: str = "Stop"
+        self,
+        effect: RunStopHooks,
+        *,
+        session_id: str,
+        transcript_path: str,
+        cwd: str,
+        event_name: str = "Stop",
     ) -> StopHooksFinished: ...
 
 
@@ -137,7 +145,9 @@ class PermissionRequest:
     def input(self) -> Mapping[str, Any]:
         return self._effect.input
 
-    def _answer(self, decision: Literal["allow", "deny_by_rule", "rejected_by_user"], reason: str = "") -> None:
+    def _answer(
+        self, decision: Literal["allow", "deny_by_rule", "rejected_by_user"], reason: str = ""
+    ) -> None:
         if self.answered:
             raise RuntimeError(f"permission for {self.tool_use_id} was already answered")
         self.answered = True
@@ -160,6 +170,19 @@ class PermissionRequest:
 
     def __repr__(self) -> str:
         return f"PermissionRequest({self.name}, {dict(self.input)!r})"
+
+
+@attrs.frozen(kw_only=True)
+class Timeouts:
+    """Deadlines for the handlers (seconds; None = no deadline). A handler past its deadline is
+    cancelled and reported as the failure the machine expects: a stalled model call as
+    ``stream_broken``, a compaction as ``CompactionFailed``, stop hooks as a hook error, a
+    summary as None. Tools have their own ``tool_timeout_s``."""
+
+    model_s: float | None = None
+    compaction_s: float | None = 600.0
+    stop_hooks_s: float | None = 600.0
+    summary_s: float | None = 60.0
 
 
 @attrs.frozen(kw_only=True)
@@ -193,6 +216,7 @@ class Run:
         session_id: str,
         transcript_path: Path | None,
         tool_timeout_s: float,
+        timeouts: Timeouts,
         clock_ms: Callable[[], int],
         observer: StepObserver | None,
         summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None,
@@ -210,6 +234,7 @@ class Run:
         self.session_id = session_id
         self.transcript_path = transcript_path
         self._tool_timeout_s = tool_timeout_s
+        self._timeouts = timeouts
         self._now = clock_ms
         self._observer = observer
         self._summarizer = summarizer
@@ -244,7 +269,10 @@ class Run:
             from effects.transcript import TranscriptWriter
 
             self._transcript = TranscriptWriter(
-                self.transcript_path, session_id=self.session_id, cwd=str(self._workspace), version=_version()
+                self.transcript_path,
+                session_id=self.session_id,
+                cwd=str(self._workspace),
+                version=_version(),
             )
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -363,27 +391,51 @@ class Run:
 
     async def _call_model(self, effect: CallModel) -> None:
         async def body() -> None:
-            ended = False
-            stream = self._model.stream(effect)
-            try:
-                try:
-                    async for event in stream:
-                        self._feed(event)
-                        if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
-                            ended = True
-                            break
-                finally:
-                    aclose = getattr(stream, "aclose", None)
-                    if aclose is not None:
-                        with anyio.CancelScope(shield=True):
-                            await aclose()
-            except Exception as exc:  # a broken client is a model error, not a crash
-                self._feed(ModelCallFailed(call_id=effect.call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}", at_ms=self._now()))
-                return
-            if not ended:
-                self._feed(ModelCallFailed(call_id=effect.call_id, kind="stream_broken", message="the model stream ended without a result", at_ms=self._now()))
+            result: ModelCallFailed | None = None
+            with anyio.move_on_after(_deadline(self._timeouts.model_s)) as deadline:
+                result = await self._stream_model(effect)
+            if deadline.cancelled_caught:
+                result = ModelCallFailed(
+                    call_id=effect.call_id,
+                    kind="stream_broken",
+                    message=f"the model call stalled past {self._timeouts.model_s} s",
+                )
+            if result is not None:
+                self._feed(attrs.evolve(result, at_ms=self._now()))
 
         await self._scoped(("model", effect.call_id), body)
+
+    async def _stream_model(self, effect: CallModel) -> ModelCallFailed | None:
+        """Feed the client's events; return a failure to report instead, if any."""
+        stream = self._model.stream(effect)
+        try:
+            async for event in stream:
+                if (
+                    not isinstance(event, (ModelBlockReceived, ModelResponseEnded, ModelCallFailed))
+                    or event.call_id != effect.call_id
+                ):
+                    return ModelCallFailed(
+                        call_id=effect.call_id,
+                        kind="unknown",
+                        message=f"the model client produced malformed data: {event!r:.200}",
+                    )
+                self._feed(event)
+                if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
+                    return None
+        except Exception as exc:  # a broken client is a model error, not a crash of the run
+            return ModelCallFailed(
+                call_id=effect.call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}"
+            )
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+        return ModelCallFailed(
+            call_id=effect.call_id,
+            kind="stream_broken",
+            message="the model stream ended without a result",
+        )
 
     async def _ask(self, effect: AskPermission) -> None:
         decision = self._permissions.decide(effect.name, effect.input)
@@ -426,47 +478,95 @@ class Run:
 
     async def _compact(self, effect: Compact) -> None:
         async def body() -> None:
-            if self._compactor is None:
-                self._feed(CompactionFailed(compact_id=effect.compact_id, reason="no compactor configured", at_ms=self._now()))
-                return
-            try:
-                result = await self._compactor.compact(effect)
-            except Exception as exc:  # counted by the breaker, never a crash
-                result = CompactionFailed(compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}")
+            result: Any = CompactionFailed(
+                compact_id=effect.compact_id, reason="no compactor configured"
+            )
+            if self._compactor is not None:
+                with anyio.move_on_after(_deadline(self._timeouts.compaction_s)) as deadline:
+                    try:
+                        result = await self._compactor.compact(effect)
+                    except Exception as exc:  # counted by the breaker, never a crash
+                        result = CompactionFailed(
+                            compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}"
+                        )
+                if deadline.cancelled_caught:
+                    result = CompactionFailed(
+                        compact_id=effect.compact_id,
+                        reason=f"timed out after {self._timeouts.compaction_s} s",
+                    )
+            if not _valid_compaction(result, effect.compact_id):
+                result = CompactionFailed(
+                    compact_id=effect.compact_id,
+                    reason=f"the compactor returned malformed data: {result!r:.200}",
+                )
             self._feed(attrs.evolve(result, at_ms=self._now()))
 
         await self._scoped(("compact", effect.compact_id), body)
 
     async def _run_hooks(self, effect: RunStopHooks) -> None:
         async def body() -> None:
-            if self._stop_hooks is None:
-                self._feed(StopHooksFinished(hooks_id=effect.hooks_id, at_ms=self._now()))
-                return
-            try:
-                result = await self._stop_hooks.run(
-                    effect,
-                    session_id=self.session_id,
-                    transcript_path=str(self.transcript_path or ""),
-                    cwd=str(self._workspace),
-                    event_name="SubagentStop" if self.config.is_subagent else "Stop",
+            result: Any = StopHooksFinished(hooks_id=effect.hooks_id)
+            if self._stop_hooks is not None:
+                with anyio.move_on_after(_deadline(self._timeouts.stop_hooks_s)) as deadline:
+                    try:
+                        result = await self._stop_hooks.run(
+                            effect,
+                            session_id=self.session_id,
+                            transcript_path=str(self.transcript_path or ""),
+                            cwd=str(self._workspace),
+                            event_name="SubagentStop" if self.config.is_subagent else "Stop",
+                        )
+                    except Exception as exc:
+                        result = StopHooksFinished(
+                            hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}"
+                        )
+                if deadline.cancelled_caught:
+                    result = StopHooksFinished(
+                        hooks_id=effect.hooks_id,
+                        error=f"stop hooks timed out after {self._timeouts.stop_hooks_s} s",
+                    )
+            if not (isinstance(result, StopHooksFinished) and result.hooks_id == effect.hooks_id):
+                result = StopHooksFinished(
+                    hooks_id=effect.hooks_id,
+                    error=f"the stop hooks returned malformed data: {result!r:.200}",
                 )
-            except Exception as exc:
-                result = StopHooksFinished(hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}")
             self._feed(attrs.evolve(result, at_ms=self._now()))
 
         await self._scoped(("hooks", effect.hooks_id), body)
 
     async def _summarize(self, effect: SummarizeToolUse) -> None:
         async def body() -> None:
-            text: str | None = None
+            text: Any = None
             if self._summarizer is not None:
-                try:
-                    text = await self._summarizer(effect)
-                except Exception:
-                    text = None
-            self._feed(ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now()))
+                with anyio.move_on_after(_deadline(self._timeouts.summary_s)):
+                    try:
+                        text = await self._summarizer(effect)
+                    except Exception:
+                        text = None
+            if not isinstance(text, str):
+                text = None
+            self._feed(
+                ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now())
+            )
 
         await self._scoped(("summary", effect.summary_id), body)
+
+
+def _deadline(seconds: float | None) -> float:
+    return math.inf if seconds is None else seconds
+
+
+def _valid_compaction(result: object, compact_id: int) -> bool:
+    if isinstance(result, CompactionFailed):
+        return result.compact_id == compact_id
+    if isinstance(result, CompactionFinished):
+        from reducer.messages import AssistantMessage, AttachmentMessage, SystemMessage, UserMessage
+
+        return result.compact_id == compact_id and all(
+            isinstance(m, (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage))
+            for m in result.messages
+        )
+    return False
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -505,6 +605,7 @@ def run(
     session_id: str = "steploop-session",
     transcript_path: str | Path | None = None,
     tool_timeout_s: float = 120.0,
+    timeouts: Timeouts | None = None,
     clock_ms: Callable[[], int] = _wall_ms,
     observer: StepObserver | None = None,
     summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None = None,
@@ -544,6 +645,7 @@ def run(
         session_id=session_id,
         transcript_path=Path(transcript_path) if transcript_path is not None else None,
         tool_timeout_s=tool_timeout_s,
+        timeouts=timeouts or Timeouts(),
         clock_ms=clock_ms,
         observer=observer,
         summarizer=summarizer,
