@@ -324,13 +324,22 @@ def profiles_markdown() -> str:
             lines.append(f"| `{prefix}{f.name}` | {cells} |")
 
     rows("", cfgs)
-    derived = ("default_max_tokens", "effective_window", "autocompact_threshold", "blocking_limit",
-               "snip_threshold", "collapse_threshold", "auto_compact_enabled")
+    derived = (
+        "default_max_tokens",
+        "effective_window",
+        "autocompact_threshold",
+        "blocking_limit",
+        "snip_threshold",
+        "collapse_threshold",
+        "auto_compact_enabled",
+    )
     lines.append("")
     lines.append("Derived thresholds (R-CTX-1):")
     lines.append("")
     lines.append("| value | " + " | ".join(f"`{n}`" for n in names) + " |")
     lines.append("|---|" + "---|" * len(names))
     for d in derived:
-        lines.append(f"| `{d}` | " + " | ".join(f"`{getattr(c, d)!r}`" for c in cfgs.values()) + " |")
+        lines.append(
+            f"| `{d}` | " + " | ".join(f"`{getattr(c, d)!r}`" for c in cfgs.values()) + " |"
+        )
     return "\n".join(lines) + "\n"

@@ -278,9 +278,9 @@ def start(
 
 
 def _begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    s = evolve(
-        s, round=Round(call_id=s.ids.call, generation=s.ids.generation), compacted_this_round=False
-    )
+    # generation = the next call's, so results of the previous round are stale [R-TOOL-8]
+    nxt = s.ids.generation + 1
+    s = evolve(s, round=Round(call_id=s.ids.call, generation=nxt), compacted_this_round=False)
     gates = cfg.gates
     # [S-SNIP-1] snip (steploop rule)
     if gates.history_snip and _count(s) >= cfg.snip_threshold:
@@ -721,8 +721,13 @@ def _discard_attempt(s: LoopState, fx: FX, *, tombstone: bool) -> LoopState:
     running = tuple(sl.tool_use_id for sl in r.slots if sl.status in ("asking", "running"))
     if running:
         fx.append(CancelTools(generation=r.generation, tool_use_ids=running, reason="discarded"))
+    # the round's generation becomes the next attempt's: late results of this one are stale
+    nxt = s.ids.generation + 1  # [R-TOOL-8]
     return evolve(
-        s, round=evolve(r, blocks=(), slots=(), results=(), sibling_error=None, hook_stop=False)
+        s,
+        round=evolve(
+            r, generation=nxt, blocks=(), slots=(), results=(), sibling_error=None, hook_stop=False
+        ),
     )
 
 
@@ -774,9 +779,9 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
     if kind == "unknown":
         return _model_error(s, e, cfg, fx)
     if kind == "image_client":  # [T-IMAGE-1]
+        s = _cancel_running(s, fx, "model_error")
         if not cfg.compat.image_error_skips_orphan_repair:  # [Q-8]
             s = _synthesize_results(s, fx, e.message or "Image error", store=True)
-        s = _cancel_running(s, fx, "model_error")
         s, err = _api_error(
             s, "image_client", e.message or "Image could not be processed", e.status
         )
@@ -878,6 +883,7 @@ def _stream_fallback(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
 
 def _model_fallback(s: LoopState, cfg: LoopConfig, fx: FX, fallback: str) -> LoopState:
     """[R-RETRY-2] consecutive 529s with a fallback model: orphans answered, switch, retry."""
+    s = _cancel_running(s, fx, "discarded")
     s = _synthesize_results(s, fx, FALLBACK_RESULT, store=False)
     s = _discard_attempt(s, fx, tombstone=False)
     s, notice = _system(
@@ -1407,7 +1413,7 @@ def on_command_queued(s: LoopState, e: CommandQueued, cfg: LoopConfig, fx: FX) -
 
 def on_summary_ready(s: LoopState, e: ToolUseSummaryReady, cfg: LoopConfig, fx: FX) -> LoopState:
     """[R-SUM-1] legal in every non-terminal phase; a superseded summary is ignored."""
-    if e.summary_id != s.summary_id:
+    if e.summary_id == 0 or e.summary_id != s.summary_id:  # 0: none outstanding
         if e.summary_id <= s.ids.summary:
             return s
         raise IllegalEvent(
@@ -1446,11 +1452,11 @@ def _late_model(s: LoopState, e: Any, cfg: LoopConfig, fx: FX) -> LoopState:
 
 def _late_tool(s: LoopState, e: Any, cfg: LoopConfig, fx: FX) -> LoopState:
     """Not in the table: in a phase with no tool in flight, a tool event can only be the late
-    answer of a discarded slot [R-TOOL-8]; a generation never started is a driver error."""
-    if e.generation <= s.round.generation:
+    answer of a discarded or cancelled slot [R-TOOL-8]; anything else is a driver error."""
+    if _find_slot(s, e) is None:
         return s
     raise IllegalEvent(
-        s.phase, e, allowed_events(s.phase), f"no tool generation {e.generation} exists"
+        s.phase, e, allowed_events(s.phase), f"tool {e.tool_use_id!r} is not running"
     )
 
 
