@@ -41,32 +41,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeAlias, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal, TypeAlias
 
 import anthropic
 import anyio
 import httpx2
-from anthropic.types import (
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStopEvent,
-)
-from anthropic.types import (
-    RedactedThinkingBlock as SdkRedactedThinkingBlock,
-)
-from anthropic.types import (
-    TextBlock as SdkTextBlock,
-)
-from anthropic.types import (
-    ThinkingBlock as SdkThinkingBlock,
-)
-from anthropic.types import (
-    ToolUseBlock as SdkToolUseBlock,
-)
+from anthropic import types as sdk
 
 from reducer.conversation import SYNTHETIC_MODEL
 from reducer.effects import CallModel
@@ -96,7 +77,6 @@ __all__ = [
     "EPHEMERAL",
     "TASK_BUDGET_BETA",
     "AnthropicModelClient",
-    "ModelClient",
     "Thinking",
     "TraitsFor",
     "build_request",
@@ -118,14 +98,6 @@ TraitsFor: TypeAlias = Callable[[str, dict[str, Any]], ToolTraits]
 
 Thinking: TypeAlias = int | Literal["adaptive"] | None
 """Extended thinking: a budget in tokens, ``"adaptive"``, or None (off)."""
-
-
-class ModelClient(Protocol):
-    """What the interpreter needs from a model handler (the default one, or a scripted one)."""
-
-    def stream(self, effect: CallModel) -> AsyncIterator[Event]:
-        """Answer ``effect`` with block events, then the end event or one failure event."""
-        ...
 
 
 def make_client(
@@ -477,8 +449,13 @@ class _Partial:
         self.input: dict[str, Any] = {}
 
 
+def _str(d: Mapping[str, Any], key: str) -> str:
+    value = d.get(key)
+    return value if isinstance(value, str) else ""
+
+
 class _Assembler:
-    """Folds raw stream events into reducer events for one call."""
+    """Folds the stream's decoded event payloads into reducer events for one call."""
 
     def __init__(
         self,
@@ -505,70 +482,76 @@ class _Assembler:
         self.open: dict[int, _Partial] = {}
 
     def _take_usage(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
         for key in self.usage:
-            value = getattr(usage, key, None)
-            if isinstance(value, int):
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
                 self.usage[key] = value
 
-    def feed(self, event: object) -> ModelBlockReceived | None:
-        """Take one raw event; return the block event it completes, if any."""
+    def feed(self, name: str, payload: dict[str, Any]) -> ModelBlockReceived | None:
+        """Take one event (``error`` excepted); return the block event it completes, if any."""
         self.started = True
-        if isinstance(event, RawContentBlockDeltaEvent):
-            partial = self.open.get(event.index)
-            if partial is None:
+        if name == "content_block_delta":
+            partial = self.open.get(payload.get("index", -1))
+            delta = payload.get("delta")
+            if partial is None or not isinstance(delta, dict):
                 return None
-            delta = event.delta
-            kind = delta.type
+            kind = delta.get("type")
             if kind == "text_delta":
-                text = cast(str, getattr(delta, "text", ""))
+                text = _str(delta, "text")
                 partial.parts.append(text)
                 if self.on_text_delta is not None:
-                    self.on_text_delta(event.index, text)
+                    self.on_text_delta(payload["index"], text)
             elif kind == "input_json_delta":
-                partial.parts.append(cast(str, getattr(delta, "partial_json", "")))
+                partial.parts.append(_str(delta, "partial_json"))
             elif kind == "thinking_delta":
-                partial.parts.append(cast(str, getattr(delta, "thinking", "")))
+                partial.parts.append(_str(delta, "thinking"))
             elif kind == "signature_delta":
-                partial.signature.append(cast(str, getattr(delta, "signature", "")))
-            return None  # citations_delta and unknown deltas carry nothing we keep
-        if isinstance(event, RawContentBlockStartEvent):
-            self._start(event)
+                partial.signature.append(_str(delta, "signature"))
+            return None  # citations_delta and unknown deltas carry nothing steploop keeps
+        if name == "content_block_start":
+            self._start(payload)
             return None
-        if isinstance(event, RawContentBlockStopEvent):
-            partial = self.open.pop(event.index, None)
+        if name == "content_block_stop":
+            partial = self.open.pop(payload.get("index", -1), None)
             return None if partial is None else self._finish(partial)
-        if isinstance(event, RawMessageStartEvent):
-            self.model = event.message.model or self.model
-            self._take_usage(event.message.usage)
-        elif isinstance(event, RawMessageDeltaEvent):
-            self.stop_reason = event.delta.stop_reason
-            self._take_usage(event.usage)
-        elif isinstance(event, RawMessageStopEvent):
+        if name == "message_start":
+            message = payload.get("message")
+            if isinstance(message, dict):
+                self.model = _str(message, "model") or self.model
+                self._take_usage(message.get("usage"))
+        elif name == "message_delta":
+            delta = payload.get("delta")
+            if isinstance(delta, dict):
+                reason = delta.get("stop_reason")
+                self.stop_reason = reason if isinstance(reason, str) else None
+            self._take_usage(payload.get("usage"))
+        elif name == "message_stop":
             self.stopped = True
-        return None
+        return None  # ping and event kinds steploop does not know
 
-    def _start(self, event: RawContentBlockStartEvent) -> None:
-        block = event.content_block
-        if isinstance(block, SdkTextBlock):
-            partial = _Partial("text")
-            if block.text:
-                partial.parts.append(block.text)
-        elif isinstance(block, SdkThinkingBlock):
-            partial = _Partial("thinking")
-            if block.thinking:
-                partial.parts.append(block.thinking)
-            if block.signature:
-                partial.signature.append(block.signature)
-        elif isinstance(block, SdkRedactedThinkingBlock):
-            partial = _Partial("redacted_thinking")
-            partial.data = block.data
-        elif isinstance(block, SdkToolUseBlock):
-            partial = _Partial("tool_use")
-            partial.id, partial.name = block.id, block.name
-            partial.input = dict(block.input) if isinstance(block.input, dict) else {}
+    def _start(self, payload: dict[str, Any]) -> None:
+        block = payload.get("content_block")
+        index = payload.get("index")
+        if not isinstance(block, dict) or not isinstance(index, int):
+            return
+        kind = block.get("type")
+        partial = _Partial(str(kind))
+        if kind == "text":
+            partial.parts.append(_str(block, "text"))
+        elif kind == "thinking":
+            partial.parts.append(_str(block, "thinking"))
+            partial.signature.append(_str(block, "signature"))
+        elif kind == "redacted_thinking":
+            partial.data = _str(block, "data")
+        elif kind == "tool_use":
+            partial.id, partial.name = _str(block, "id"), _str(block, "name")
+            start_input = block.get("input")
+            partial.input = dict(start_input) if isinstance(start_input, dict) else {}
         else:
             return  # server tool blocks and other kinds steploop does not model
-        self.open[event.index] = partial
+        self.open[index] = partial
 
     def _finish(self, p: _Partial) -> ModelBlockReceived:
         at = self.at_ms()
@@ -617,7 +600,7 @@ def _zero_clock() -> int:
 
 
 class AnthropicModelClient:
-    """The default :class:`ModelClient`, on ``anthropic.AsyncAnthropic``.
+    """The default model client (``effects.run.ModelClient``), on ``anthropic.AsyncAnthropic``.
 
     Args:
         client: the SDK client, made with ``max_retries=0`` (see :func:`make_client`). Not
@@ -680,7 +663,7 @@ class AnthropicModelClient:
             at_ms=self._clock(),
         )
 
-    async def stream(self, effect: CallModel) -> AsyncIterator[Event]:
+    async def stream(self, effect: CallModel) -> AsyncGenerator[Event, None]:
         """Run the model call and yield its events.
 
         An async generator: it opens no task group or cancel scope around a ``yield``, so
@@ -706,42 +689,63 @@ class AnthropicModelClient:
             return
 
         timeout = self._stream_timeout if self._stream_timeout is not None else anthropic.NOT_GIVEN
+        call_id = effect.call_id
         assembler = _Assembler(
-            effect.call_id, effect.model, self._traits_for, self._on_text_delta, self._clock
+            call_id, effect.model, self._traits_for, self._on_text_delta, self._clock
         )
         try:
             raw = await self._client.messages.create(**request, stream=True, timeout=timeout)
         except Exception as exc:  # cancellation is a BaseException: it propagates
-            yield self._failed(effect.call_id, exc, started=False)
+            yield self._failed(call_id, exc, started=False)
             return
 
+        # The SDK's own iterator is not used: it raises on an error event from inside nested
+        # generators it then leaves suspended (trio warns when they are collected). Reading the
+        # decoded server-sent events keeps every generator in a chain we finish ourselves.
+        response = raw.response
+        sse_events = anthropic.AsyncStream.raw_events(response)
         failure: ModelCallFailed | None = None
         try:
             while not assembler.stopped:
                 try:
-                    event = await raw.__anext__()
+                    sse = await anext(sse_events)
                 except StopAsyncIteration:
                     break
                 except Exception as exc:
-                    failure = self._failed(effect.call_id, exc, started=assembler.started)
+                    failure = self._failed(call_id, exc, started=assembler.started)
                     break
-                block_event = assembler.feed(event)
+                name, payload, problem = _decode(sse.event, sse.data)
+                if problem is not None:
+                    failure = self._broken(call_id, problem)
+                    break
+                if name == "error":
+                    failure = self._error_event(call_id, payload)
+                    break
+                block_event = assembler.feed(name, payload)
                 if block_event is not None:
                     yield block_event
         finally:
-            await _dispose(raw)
+            await _dispose(response, sse_events)
 
         if failure is not None:
             yield failure
         elif not assembler.stopped:
-            yield ModelCallFailed(
-                call_id=effect.call_id,
-                kind="stream_broken",
-                message="the stream ended without message_stop",
-                at_ms=self._clock(),
-            )
+            yield self._broken(call_id, "the stream ended without message_stop")
         else:
             yield assembler.ended()
+
+    def _broken(self, call_id: int, message: str) -> ModelCallFailed:
+        return ModelCallFailed(
+            call_id=call_id, kind="stream_broken", message=message, at_ms=self._clock()
+        )
+
+    def _error_event(self, call_id: int, payload: dict[str, Any]) -> ModelCallFailed:
+        error = payload.get("error")
+        error = error if isinstance(error, dict) else {}
+        error_type = error.get("type")
+        message = _str(error, "message") or json.dumps(payload)
+        kind = classify_error(None, error_type if isinstance(error_type, str) else None, message)
+        return ModelCallFailed(call_id=call_id, kind=kind, message=message, at_ms=self._clock())
 
     async def _complete(self, effect: CallModel, request: dict[str, Any]) -> list[Event]:
         """The events of a non-streaming call."""
@@ -779,15 +783,15 @@ class AnthropicModelClient:
 
     def _block_of(self, call_id: int, block: object, cut: bool) -> ModelBlockReceived | None:
         at = self._clock()
-        if isinstance(block, SdkTextBlock):
+        if isinstance(block, sdk.TextBlock):
             return ModelBlockReceived(call_id=call_id, block=TextBlock(text=block.text), at_ms=at)
-        if isinstance(block, SdkThinkingBlock):
+        if isinstance(block, sdk.ThinkingBlock):
             b = ThinkingBlock(thinking=block.thinking, signature=block.signature)
             return ModelBlockReceived(call_id=call_id, block=b, at_ms=at)
-        if isinstance(block, SdkRedactedThinkingBlock):
+        if isinstance(block, sdk.RedactedThinkingBlock):
             r = RedactedThinkingBlock(data=block.data)
             return ModelBlockReceived(call_id=call_id, block=r, at_ms=at)
-        if isinstance(block, SdkToolUseBlock):
+        if isinstance(block, sdk.ToolUseBlock):
             ok = isinstance(block.input, dict) and not cut
             tool_input: dict[str, Any] = dict(block.input) if ok else {}
             return ModelBlockReceived(
@@ -800,17 +804,31 @@ class AnthropicModelClient:
         return None
 
 
-async def _dispose(raw: anthropic.AsyncStream[Any]) -> None:
-    """Close the response and run the SDK's iterator to its end.
+def _decode(event: str | None, data: str) -> tuple[str, dict[str, Any], str | None]:
+    """(event name, payload, problem): ``problem`` describes malformed event data."""
+    if not data:
+        return event or "", {}, None
+    try:
+        payload = json.loads(data)
+    except ValueError as exc:
+        return event or "", {}, f"malformed {event or 'event'} data: {exc}"
+    if not isinstance(payload, dict):
+        return event or "", {}, f"malformed {event or 'event'} data: not an object"
+    name = event or payload.get("type")
+    return (name if isinstance(name, str) else ""), payload, None
 
-    Closing only the response leaves the SDK's nested async generators suspended; trio warns
-    when they are collected. After the close, the iterator yields what was already buffered and
-    then fails on the closed connection, which finishes every generator in the chain.
+
+async def _dispose(response: httpx2.Response, events: AsyncIterator[object]) -> None:
+    """Close the response, then run the event iterator to its end.
+
+    After the close the iterator yields what was already buffered and then fails on the
+    closed connection; that failure finishes every generator in the chain, so none is left
+    suspended for the garbage collector (which trio would report).
     """
     with anyio.CancelScope(shield=True):
-        await raw.close()
+        await response.aclose()
         while True:
             try:
-                await raw.__anext__()
-            except (StopAsyncIteration, Exception):
+                await anext(events)
+            except Exception:  # StopAsyncIteration included
                 return

@@ -24,7 +24,7 @@ position among all tool calls of the script, so ids never depend on timing or ra
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import anyio.lowlevel
@@ -445,7 +445,7 @@ class ScriptedModel:
             at_ms=at,
         )
 
-    async def stream(self, effect: CallModel) -> AsyncIterator[Event]:
+    async def stream(self, effect: CallModel) -> AsyncGenerator[Event, None]:
         """Answer ``effect`` with the next scripted entry.
 
         An async generator that opens no task group or cancel scope; it checkpoints once, so

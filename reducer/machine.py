@@ -1057,7 +1057,7 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
             s, notice = _system(
                 s,
                 "stop_hook_cap",
-                f"Stop hooks blocked {s.stop_hook_blocks} times in this turn; stopping at the cap of {cap}",
+                f"Stop hooks blocked {s.stop_hook_blocks + 1} times in this turn; the cap of {cap} blocking retries is reached",
                 "warning",
             )
             fx.append(Emit(item=notice))

@@ -622,7 +622,7 @@ def test_g11_default_cap_ends_ninth_block() -> None:
     assert_finished(d, StopHookPrevented())
     notices = [m for m in emitted_in(fx) if isinstance(m, SystemMessage)]
     assert [m.text for m in notices] == [
-        "Stop hooks blocked 8 times in this turn; stopping at the cap of 8"
+        "Stop hooks blocked 9 times in this turn; the cap of 8 blocking retries is reached"
     ]
     assert not [m for m in emitted_in(fx) if isinstance(m, UserMessage)]  # no 9th feedback
     assert d.state.stop_hook_blocks == 8
