@@ -240,3 +240,34 @@ def test_run_sync_wrapper(tmp_path: Path) -> None:
         on_item=items.append,
     )
     assert res.terminal.TAG == "completed" and len(items) == 2
+
+
+@pytest.mark.anyio
+async def test_command_stop_hook_reads_transcript_and_blocks_once(tmp_path: Path) -> None:
+    """A Claude Code style hook script reads the transcript, blocks once (exit 2), then passes."""
+    from effects.hooks import CommandStopHook, StopHooks
+
+    script = tmp_path / "hook.py"
+    script.write_text(
+        "import json, sys\n"
+        "p = json.load(sys.stdin)\n"
+        "records = [json.loads(l) for l in open(p['transcript_path'])]\n"
+        "assistants = sum(1 for r in records if r['type'] == 'assistant')\n"
+        "if not p['stop_hook_active']:\n"
+        "    print(f'saw {assistants} assistant records; run the linter first', file=sys.stderr)\n"
+        "    sys.exit(2)\n"
+        "sys.exit(0)\n"
+    )
+    import sys as _sys
+
+    hooks = StopHooks([CommandStopHook([_sys.executable, str(script)], timeout_s=10)])
+    model = ScriptedModel([reply("done"), reply("linted, done")], traits_for=ToolRegistry([]).traits)
+    items: list[Any] = []
+    async with run("go", model=model, workspace=tmp_path, stop_hooks=hooks, transcript_path=tmp_path / "t.jsonl") as r:
+        async for item in r:
+            items.append(item)
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    feedback = [i for i in items if isinstance(i, UserMessage) and i.origin == "stop_hook_feedback"]
+    assert len(feedback) == 1
+    assert "saw 1 assistant records; run the linter first" in feedback[0].content[0].text  # type: ignore[union-attr]
+    assert r.result.state.stop_hook_active
