@@ -137,8 +137,18 @@ def structure(data: Any, cls: Any) -> Any:
         raise SerializationError(f"{type(e).__name__}: {e}") from None
 
 
+def _leaves(e: BaseException) -> list[BaseException]:
+    subs = getattr(e, "exceptions", None)
+    if not subs:
+        return [e]
+    return [leaf for sub in subs for leaf in _leaves(sub)]
+
+
 def _explain(e: BaseException) -> str:
-    if isinstance(e, cattrs.BaseValidationError):
-        notes = cattrs.transform_error(e)
-        return "; ".join(notes) if notes else str(e)
-    return str(e)
+    """One line: our own message (an unknown tag, ...) where there is one, with the path."""
+    notes = cattrs.transform_error(e) if isinstance(e, cattrs.BaseValidationError) else [str(e)]
+    ours = [leaf for leaf in _leaves(e) if isinstance(leaf, SerializationError)]
+    if ours:
+        where = next((n.rsplit(" @ ", 1)[1] for n in notes if " @ " in n), "")
+        return f"{ours[0]}" + (f" @ {where}" if where else "")
+    return "; ".join(notes) if notes else str(e)
