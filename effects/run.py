@@ -221,6 +221,7 @@ class Run:
         observer: StepObserver | None,
         summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None,
         on_acknowledge: Callable[[tuple[str, ...]], None] | None,
+        resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
     ) -> None:
         self.request = request
         self.config = config
@@ -239,6 +240,7 @@ class Run:
         self._observer = observer
         self._summarizer = summarizer
         self._on_acknowledge = on_acknowledge
+        self._resume = resume
         self.persisted: dict[str, str] = {}
         self.result: RunResult | None = None
         self.state: LoopState | None = None  # the latest state, for display
@@ -312,9 +314,12 @@ class Run:
 
     async def _drive(self) -> None:
         async with self._out_send:
-            state, fx = start(self.request, self.config, self._session)
-            if self._observer is not None:
-                self._observer(None, state, fx)
+            if self._resume is not None:
+                state, fx = self._resume  # continue a recorded run (effects/trace.py)
+            else:
+                state, fx = start(self.request, self.config, self._session)
+                if self._observer is not None:
+                    self._observer(None, state, fx)
             while True:
                 finished = await self._execute(state, fx)
                 if finished:
@@ -610,6 +615,7 @@ def run(
     observer: StepObserver | None = None,
     summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None = None,
     on_acknowledge: Callable[[tuple[str, ...]], None] | None = None,
+    resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
 ) -> Run:
     """Start one user turn of the agent loop.
 
@@ -625,6 +631,8 @@ def run(
         session: the previous turn's ``result.state.session()`` for multi-turn use.
         transcript_path: where to keep a Claude Code JSONL transcript (stop hooks read it).
         observer: called with (event, state, effects) after every step (trace recording).
+        resume: instead of ``start()``, continue from this state by executing these effects
+            (the outstanding effects of a recorded run; see effects/trace.py).
 
     Returns:
         A :class:`Run`; use it as ``async with run(...) as r: async for item in r: ...`` and read
@@ -650,6 +658,7 @@ def run(
         observer=observer,
         summarizer=summarizer,
         on_acknowledge=on_acknowledge,
+        resume=resume,
     )
 
 

@@ -69,3 +69,8 @@ def chain_digest(prev: bytes, value: Any) -> bytes:
     h = hashlib.blake2b(prev, digest_size=16)
     h.update(canonical_bytes(value))
     return h.digest()
+
+
+def state_digest(state: Any) -> str:
+    """Hex digest of a state's canonical encoding (the conversation counts by its own digest)."""
+    return digest_bytes(canonical_bytes(state)).hex()

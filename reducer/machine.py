@@ -32,8 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, assert_never
 
-import attrs
-
 from reducer._replace import evolve as _fast_evolve
 from reducer.config import QUERY_SOURCES_NO_BLOCKING, LoopConfig
 from reducer.context import collapse, microcompact, persisted_preview, snip
