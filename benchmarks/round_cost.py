@@ -26,7 +26,15 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage, UserMessage
+from reducer.messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
 from reducer.state import Ids
 
 SAFE = ToolTraits(concurrency_safe=True, max_result_chars=None)

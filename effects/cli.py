@@ -39,7 +39,7 @@ from reducer.messages import (
 )
 from reducer.transitions import CONTINUE_TYPES
 
-__all__ = ["main", "demo_script", "SAMPLE_PROJECT"]
+__all__ = ["SAMPLE_PROJECT", "demo_script", "main"]
 
 SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"
 DEMO_PROMPT = "Fix the null pointer bug in src/auth/validate.ts"
@@ -111,16 +111,16 @@ def describe(item: object) -> str:
         who = "user (meta)" if item.is_meta else "user"
         return f"{who}: {' | '.join(parts)}" if not any(isinstance(b, ToolResultBlock) for b in item.content) else "  " + " | ".join(parts)
     if isinstance(item, AssistantMessage):
-        b = item.content[0] if item.content else None
+        first = item.content[0] if item.content else None
         if item.api_error is not None:
             return f"assistant (API error): {_short(item.api_error.message)}"
-        if isinstance(b, TextBlock):
-            return f"assistant: {_short(b.text)}"
-        if isinstance(b, ToolUseBlock):
-            args = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in b.input.items())
-            return f"assistant → {b.name}({args})"
-        if isinstance(b, ThinkingBlock):
-            return f"assistant (thinking): {_short(b.thinking)}"
+        if isinstance(first, TextBlock):
+            return f"assistant: {_short(first.text)}"
+        if isinstance(first, ToolUseBlock):
+            args = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in first.input.items())
+            return f"assistant → {first.name}({args})"
+        if isinstance(first, ThinkingBlock):
+            return f"assistant (thinking): {_short(first.thinking)}"
         return "assistant: (block)"
     if isinstance(item, SystemMessage):
         return f"system [{item.subtype}]: {_short(item.text)}"
@@ -161,8 +161,8 @@ class Display:
 
 def _payload(t: object) -> str:
     fields = {k: getattr(t, k) for k in ("attempt", "committed", "turn_count") if hasattr(t, k)}
-    if hasattr(t, "error"):
-        fields["error"] = t.error.message  # type: ignore[attr-defined]
+    if hasattr(t, "error") and hasattr(t.error, "message"):
+        fields["error"] = t.error.message
     return " (" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")" if fields else ""
 
 

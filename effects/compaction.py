@@ -11,10 +11,16 @@ import attrs
 
 from effects.run import ModelClient
 from reducer.effects import CallModel, Compact
-from reducer.events import CompactionFailed, CompactionFinished, ModelBlockReceived, ModelCallFailed, ModelResponseEnded
+from reducer.events import (
+    CompactionFailed,
+    CompactionFinished,
+    ModelBlockReceived,
+    ModelCallFailed,
+    ModelResponseEnded,
+)
 from reducer.messages import Message, SystemMessage, TextBlock, UserMessage
 
-__all__ = ["ModelCompactor", "SUMMARY_PROMPT", "SUMMARY_PREAMBLE"]
+__all__ = ["SUMMARY_PREAMBLE", "SUMMARY_PROMPT", "ModelCompactor"]
 
 SUMMARY_PROMPT = (
     "Summarise the conversation so far so that the work can continue from the summary alone: "
