@@ -58,7 +58,9 @@ def _estimate_block(b: Block) -> int:
     if isinstance(b, ToolResultBlock):
         return estimate_text(b.content)
     if isinstance(b, ToolUseBlock):
-        return estimate_text(b.name + json.dumps(b.input, separators=(",", ":"), ensure_ascii=False))
+        return estimate_text(
+            b.name + json.dumps(b.input, separators=(",", ":"), ensure_ascii=False)
+        )
     if isinstance(b, ThinkingBlock):
         return estimate_text(b.thinking)
     if isinstance(b, RedactedThinkingBlock):
