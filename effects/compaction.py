@@ -58,14 +58,20 @@ class ModelCompactor:
         )
         parts: list[str] = []
         stop_reason: str | None = None
-        async for event in self.model.stream(call):
-            if isinstance(event, ModelBlockReceived) and isinstance(event.block, TextBlock):
-                parts.append(event.block.text)
-            elif isinstance(event, ModelCallFailed):
-                return CompactionFailed(compact_id=effect.compact_id, reason=f"summary call failed: {event.kind}: {event.message}")
-            elif isinstance(event, ModelResponseEnded):
-                stop_reason = event.stop_reason
-                break
+        stream = self.model.stream(call)
+        try:
+            async for event in stream:
+                if isinstance(event, ModelBlockReceived) and isinstance(event.block, TextBlock):
+                    parts.append(event.block.text)
+                elif isinstance(event, ModelCallFailed):
+                    return CompactionFailed(compact_id=effect.compact_id, reason=f"summary call failed: {event.kind}: {event.message}")
+                elif isinstance(event, ModelResponseEnded):
+                    stop_reason = event.stop_reason
+                    break
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
         summary = "".join(parts).strip()
         if not summary:
             return CompactionFailed(compact_id=effect.compact_id, reason="the summary call returned no text")

@@ -17,7 +17,7 @@ from effects.scripted import ScriptedModel, failure, reply, tool_call
 from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
 from reducer import LoopConfig, Request
 from reducer.events import Event
-from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, UserMessage
+from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, Usage, UserMessage
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -271,3 +271,104 @@ async def test_command_stop_hook_reads_transcript_and_blocks_once(tmp_path: Path
     assert len(feedback) == 1
     assert "saw 1 assistant records; run the linter first" in feedback[0].content[0].text  # type: ignore[union-attr]
     assert r.result.state.stop_hook_active
+
+
+class GatedModel:
+    """A fake stream: two safe tool calls, then it waits until both tools have started
+    before it ends the response (so the tools must start mid-stream)."""
+
+    def __init__(self, started: dict[str, anyio.Event]) -> None:
+        self.started = started
+        self.calls = 0
+        self.order: list[str] = []
+
+    async def stream(self, effect: Any) -> Any:
+        from reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
+        from reducer.messages import TextBlock
+
+        self.calls += 1
+        safe = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
+        if self.calls == 1:
+            for tid in ("a", "b"):
+                yield ModelBlockReceived(call_id=effect.call_id, block=ToolUseBlock(id=tid, name="Probe", input={"id": tid}), tool=safe)
+            with anyio.fail_after(5):
+                for tid in ("a", "b"):
+                    await self.started[tid].wait()
+            self.order.append("both tools started; response ends now")
+            yield ModelResponseEnded(call_id=effect.call_id, model=effect.model, stop_reason="tool_use", usage=Usage())
+        else:
+            yield ModelBlockReceived(call_id=effect.call_id, block=TextBlock(text="done"))
+            yield ModelResponseEnded(call_id=effect.call_id, model=effect.model, stop_reason="end_turn", usage=Usage())
+
+
+class Probe:
+    """A safe tool that records its start and waits for its sibling: it only finishes if
+    both run at the same time."""
+
+    name = "Probe"
+    description = "probe"
+    input_schema: Mapping[str, Any] = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    max_result_chars = None
+    interrupt = "cancel"
+    cancels_siblings_on_error = False
+
+    def __init__(self, started: dict[str, anyio.Event]) -> None:
+        self.started = started
+
+    def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:
+        return True
+
+    async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        me = str(input["id"])
+        self.started[me].set()
+        other = "b" if me == "a" else "a"
+        with anyio.fail_after(5):
+            await self.started[other].wait()
+        return ToolOutput(content=f"{me} ran beside {other}")
+
+
+@pytest.mark.anyio
+async def test_safe_tools_start_mid_stream_and_run_concurrently(tmp_path: Path) -> None:
+    """Both safe tools start before the response ends, and each sees the other running."""
+    from reducer.messages import Usage  # noqa: F401  (used by GatedModel)
+
+    started = {"a": anyio.Event(), "b": anyio.Event()}
+    model = GatedModel(started)
+    tools = ToolRegistry([Probe(started)])
+    events: list[str] = []
+
+    def observe(e: Any, s: Any, fx: Any) -> None:
+        events.extend(type(x).__name__ for x in fx if type(x).__name__ == "StartTool")
+        if e is not None:
+            events.append(type(e).__name__)
+
+    async with run("go", model=model, tools=tools, workspace=tmp_path, permissions=PermissionPolicy(default="allow"), observer=observe) as r:
+        _ = [i async for i in r]
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    first_end = events.index("ModelResponseEnded")
+    assert events[:first_end].count("StartTool") == 2  # both started while the model streamed
+    results = [b.content for m in r.result.state.conversation.messages() if isinstance(m, UserMessage) for b in m.content if isinstance(b, ToolResultBlock)]
+    assert results == ["a ran beside b", "b ran beside a"]  # tool_use order, whatever finished first
+
+
+@pytest.mark.anyio
+async def test_model_compactor_replaces_the_conversation(tmp_path: Path) -> None:
+    """Auto-compaction through the model: a nested summary call, boundary + summary messages."""
+    from effects.compaction import SUMMARY_PREAMBLE, ModelCompactor
+    from effects.scripted import response, tool_use
+    from reducer import default
+    from reducer.messages import SystemMessage
+
+    tools = ToolRegistry(builtin_tools(tmp_path))
+    (tmp_path / "a.txt").write_text("x")
+    cfg = default().with_overrides({"context_window": 50_000, "gates.history_snip": False, "gates.context_collapse": False})
+    big = Usage(input_tokens=30_000, output_tokens=10)
+    model = ScriptedModel([response(tool_use("Read", {"file_path": "a.txt"}), stop_reason="tool_use", usage=big), reply("done")], traits_for=tools.traits)
+    summariser = ScriptedModel([reply("The user asked to read a.txt; it holds x.")], traits_for=tools.traits)
+    async with run("go", model=model, tools=tools, workspace=tmp_path, config=cfg, compactor=ModelCompactor(summariser), permissions=PermissionPolicy(default="allow")) as r:
+        items = [i async for i in r]
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    msgs = r.result.state.conversation.messages()
+    assert isinstance(msgs[0], SystemMessage) and msgs[0].subtype == "compact_boundary"
+    assert isinstance(msgs[1], UserMessage) and msgs[1].content[0].text.startswith(SUMMARY_PREAMBLE)  # type: ignore[union-attr]
+    assert any(isinstance(i, SystemMessage) and i.subtype == "compact_boundary" for i in items)
