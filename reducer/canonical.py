@@ -16,41 +16,49 @@ import attrs
 
 __all__ = ["canonical_bytes", "chain_digest", "digest_bytes", "to_data"]
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_ENCODERS: dict[type, Any] = {}
+_SCALARS = (str, int, float, bool, type(None))
 
 
-def _names(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = tuple(f.name for f in attrs.fields(cls))
-        _FIELDS[cls] = names
-    return names
+def _compile(cls: type) -> Any:
+    """A per-class encoder: the attrs fields in declaration order, the TAG under "type"."""
+    canon = getattr(cls, "__canonical__", None)
+    if canon is not None:
+        return canon
+    names = tuple(f.name for f in attrs.fields(cls))
+    tag = getattr(cls, "TAG", None)
+
+    def encode(v: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {} if tag is None else {"type": tag}
+        for name in names:
+            x = getattr(v, name)
+            out[name] = x if type(x) in _SCALARS else to_data(x)
+        return out
+
+    return encode
 
 
 def to_data(value: Any) -> Any:
     """Turn a value made of attrs classes, tuples, dicts and scalars into JSON data."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
     cls = type(value)
-    canon = getattr(cls, "__canonical__", None)
-    if canon is not None:
-        return canon(value)
-    if attrs.has(cls):
-        out: dict[str, Any] = {}
-        tag = getattr(cls, "TAG", None)
-        if tag is not None:
-            out["type"] = tag
-        for name in _names(cls):
-            out[name] = to_data(getattr(value, name))
-        return out
+    if cls in _SCALARS:
+        return value
+    enc = _ENCODERS.get(cls)
+    if enc is not None:
+        return enc(value)
+    if attrs.has(cls) or getattr(cls, "__canonical__", None) is not None:
+        enc = _ENCODERS[cls] = _compile(cls)
+        return enc(value)
     if isinstance(value, (tuple, list)):
-        return [to_data(v) for v in value]
+        return [v if type(v) in _SCALARS else to_data(v) for v in value]
     if isinstance(value, dict):
         return {str(k): to_data(v) for k, v in value.items()}
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, frozenset):
         return sorted(to_data(v) for v in value)
+    if isinstance(value, (str, int, float, bool)):  # subclasses of scalars
+        return value
     raise TypeError(f"cannot encode {cls.__name__} canonically")
 
 
