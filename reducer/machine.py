@@ -276,9 +276,6 @@ def start(
 
 
 def _begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    # generation = the next call's, so results of the previous round are stale [R-TOOL-8]
-    nxt = s.ids.generation + 1
-    s = evolve(s, round=Round(call_id=s.ids.call, generation=nxt), compacted_this_round=False)
     gates = cfg.gates
     # [S-SNIP-1] snip (steploop rule)
     if gates.history_snip and _count(s) >= cfg.snip_threshold:
@@ -335,7 +332,8 @@ def _begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             s,
             phase="compacting",
             ids=evolve(s.ids, compact=cid),
-            round=evolve(s.round, pending_id=cid),
+            # generation = the next call's, so the last round's results are stale [R-TOOL-8]
+            round=Round(call_id=s.ids.call, generation=s.ids.generation + 1, pending_id=cid),
         )
     return _blocking_then_call(s, cfg, fx)
 
@@ -356,21 +354,23 @@ def _blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     if _blocking_applies(s, cfg) and _count(s) >= cfg.blocking_limit:
         s, err = _api_error(s, "blocking_limit", PROMPT_TOO_LONG)
         fx.append(Emit(item=err))
-        s = evolve(s, conversation=s.conversation.append(err))
+        fresh = Round(call_id=s.ids.call, generation=s.ids.generation + 1)  # no call was made
+        s = evolve(s, conversation=s.conversation.append(err), round=fresh)
         return _finish(s, cfg, fx, BlockingLimit())
-    return _call_model(s, cfg, fx)
+    return _call_model(s, cfg, fx, fresh=True)
 
 
-def _call_model(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
+def _call_model(s: LoopState, cfg: LoopConfig, fx: FX, *, fresh: bool = False) -> LoopState:
+    """Issue CallModel. ``fresh``: the first call of a round (retry counters start at 0);
+    otherwise a retry within the round, which keeps them."""
     call_id = s.ids.call + 1
     gen = s.ids.generation + 1
     r = s.round
     max_tokens = s.max_output_tokens_override or cfg.default_max_tokens
-    s = evolve(
-        s,
-        phase="streaming",
-        ids=evolve(s.ids, call=call_id, generation=gen),
-        round=Round(
+    if fresh:
+        r = Round(call_id=call_id, generation=gen, max_tokens=max_tokens)
+    else:
+        r = Round(
             call_id=call_id,
             generation=gen,
             streaming=r.streaming,
@@ -378,7 +378,13 @@ def _call_model(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
             consecutive_529=r.consecutive_529,
             sticky_fallback=r.sticky_fallback,
             max_tokens=max_tokens,
-        ),
+        )
+    s = evolve(
+        s,
+        phase="streaming",
+        compacted_this_round=False,  # [G7] only the call right after a compaction skips the check
+        ids=evolve(s.ids, call=call_id, generation=gen),
+        round=r,
     )
     budget = None
     if s.task_budget_total is not None:
@@ -1174,6 +1180,7 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
         case NextTurn():
             s = evolve(
                 s,
+                transition=t,
                 mot_recovery_count=0,
                 has_attempted_reactive_compact=False,
                 max_output_tokens_override=None,
@@ -1182,6 +1189,7 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
         case ReactiveCompactRetry():
             s = evolve(
                 s,
+                transition=t,
                 has_attempted_reactive_compact=True,
                 max_output_tokens_override=None,
                 tracking=AutoCompactTracking(),
@@ -1190,6 +1198,7 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
         case MaxOutputTokensEscalate():
             s = evolve(
                 s,
+                transition=t,
                 max_output_tokens_override=cfg.escalated_max_output_tokens,
                 escalated=True,
                 stop_hook_active=False if clear_sha else sha,
@@ -1197,22 +1206,31 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
         case MaxOutputTokensRecovery(attempt=attempt):
             s = evolve(
                 s,
+                transition=t,
                 mot_recovery_count=attempt,
                 max_output_tokens_override=None,
                 stop_hook_active=False if clear_sha else sha,
             )
         case CollapseDrainRetry():
             s = evolve(
-                s, max_output_tokens_override=None, stop_hook_active=False if clear_sha else sha
+                s,
+                transition=t,
+                max_output_tokens_override=None,
+                stop_hook_active=False if clear_sha else sha,
             )
         case StopHookBlocking():
             # [G3] has_attempted_reactive_compact is kept across stop-hook retries
             s = evolve(
-                s, mot_recovery_count=0, max_output_tokens_override=None, stop_hook_active=True
+                s,
+                transition=t,
+                mot_recovery_count=0,
+                max_output_tokens_override=None,
+                stop_hook_active=True,
             )
         case TokenBudgetContinuation():
             s = evolve(
                 s,
+                transition=t,
                 mot_recovery_count=0,
                 has_attempted_reactive_compact=False,
                 max_output_tokens_override=None,
@@ -1220,7 +1238,6 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
             )
         case _:
             assert_never(t)
-    s = evolve(s, transition=t)
     return _begin_round(s, cfg, fx, now)
 
 

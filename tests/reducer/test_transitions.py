@@ -307,6 +307,7 @@ def test_blocking_limit_after_failed_auto_compact_in_2_1_88() -> None:
             transition=BlockingLimit(),
             tracking=AutoCompactTracking(consecutive_failures=1),
             conversation=conv.append(err),
+            round=Round(call_id=1, generation=2),  # no call was made; nothing outstanding
             ids=Ids(msg=4, call=1, generation=1, compact=1),
         ),
         (Emit(item=err), Finish(terminal=BlockingLimit())),
