@@ -9,7 +9,6 @@ from reducer.effects import CancelTools, PersistToolResult, RunStopHooks
 from reducer.events import StopHooksFinished, ToolTraits
 from reducer.messages import Usage
 from reducer.transitions import Completed, TokenBudgetContinuation
-
 from tests.reducer.driver import BASH, SAFE, Driver
 
 
