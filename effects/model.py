@@ -634,7 +634,7 @@ class AnthropicModelClient:
         self._client = client
         self._traits_for = traits_for
         self._thinking = thinking
-        self._on_text_delta = on_text_delta
+        self.on_text_delta = on_text_delta  # public: the interpreter sets it for text_deltas=True
         self._clock = clock if clock is not None else _zero_clock
         # The prefix never changes for this client: build it once, send the same bytes.
         self._system_param, self._tools_param = _prefix(system, tools)
@@ -691,7 +691,7 @@ class AnthropicModelClient:
         timeout = self._stream_timeout if self._stream_timeout is not None else anthropic.NOT_GIVEN
         call_id = effect.call_id
         assembler = _Assembler(
-            call_id, effect.model, self._traits_for, self._on_text_delta, self._clock
+            call_id, effect.model, self._traits_for, self.on_text_delta, self._clock
         )
         try:
             raw = await self._client.messages.create(**request, stream=True, timeout=timeout)

@@ -75,6 +75,7 @@ __all__ = [
     "RunResult",
     "StepObserver",
     "StopHookRunner",
+    "TextDelta",
     "Timeouts",
     "run",
     "run_sync",
@@ -186,6 +187,15 @@ class Timeouts:
 
 
 @attrs.frozen(kw_only=True)
+class TextDelta:
+    """Raw text as the model streams it (``run(..., text_deltas=True)``), for live display.
+    The complete block still arrives as an emitted message; deltas are best effort."""
+
+    index: int
+    text: str
+
+
+@attrs.frozen(kw_only=True)
 class RunResult:
     """How the turn ended: the Terminal, the final state (``state.session()`` continues the
     conversation) and the usage summed over every model response."""
@@ -195,7 +205,7 @@ class RunResult:
     usage: Usage
 
 
-Item = Emitted | PermissionRequest
+Item = Emitted | PermissionRequest | TextDelta
 
 
 class Run:
@@ -222,6 +232,7 @@ class Run:
         summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None,
         on_acknowledge: Callable[[tuple[str, ...]], None] | None,
         resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
+        text_deltas: bool = False,
     ) -> None:
         self.request = request
         self.config = config
@@ -241,6 +252,7 @@ class Run:
         self._summarizer = summarizer
         self._on_acknowledge = on_acknowledge
         self._resume = resume
+        self._text_deltas = text_deltas
         self.persisted: dict[str, str] = {}
         self.result: RunResult | None = None
         self.state: LoopState | None = None  # the latest state, for display
@@ -252,6 +264,7 @@ class Run:
         self._out_send: MemoryObjectSendStream[Item]
         self._out_recv: MemoryObjectReceiveStream[Item]
         self._transcript: Any = None
+        self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
         self._entered = False
 
     # -- public API ------------------------------------------------------------------------
@@ -278,8 +291,23 @@ class Run:
             )
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self._text_deltas:
+            if not hasattr(self._model, "on_text_delta"):
+                raise TypeError(f"{type(self._model).__name__} does not report text deltas (no on_text_delta)")
+            delta_send, delta_recv = anyio.create_memory_object_stream[TextDelta](math.inf)
+            self._delta_send = delta_send
+            self._model.on_text_delta = lambda i, t: _send_nowait(delta_send, TextDelta(index=i, text=t))
+            self._tg.start_soon(self._forward_deltas, delta_recv)
         self._tg.start_soon(self._drive)
         return self
+
+    async def _forward_deltas(self, deltas: MemoryObjectReceiveStream[TextDelta]) -> None:
+        async with deltas:
+            async for d in deltas:
+                try:
+                    await self._out_send.send(d)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -290,6 +318,8 @@ class Run:
             return await self._tg.__aexit__(et, e, tb)
         finally:
             self._out_recv.close()
+            if self._delta_send is not None:
+                self._delta_send.close()
             self._events_recv.close()
             self._events_send.close()
             if self._transcript is not None:
@@ -574,6 +604,13 @@ def _valid_compaction(result: object, compact_id: int) -> bool:
     return False
 
 
+def _send_nowait(stream: MemoryObjectSendStream[TextDelta], item: TextDelta) -> None:
+    try:
+        stream.send_nowait(item)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+
+
 def _add(a: Usage, b: Usage) -> Usage:
     return Usage(
         input_tokens=a.input_tokens + b.input_tokens,
@@ -616,6 +653,7 @@ def run(
     summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None = None,
     on_acknowledge: Callable[[tuple[str, ...]], None] | None = None,
     resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
+    text_deltas: bool = False,
 ) -> Run:
     """Start one user turn of the agent loop.
 
@@ -633,6 +671,8 @@ def run(
         observer: called with (event, state, effects) after every step (trace recording).
         resume: instead of ``start()``, continue from this state by executing these effects
             (the outstanding effects of a recorded run; see effects/trace.py).
+        text_deltas: also yield :class:`TextDelta` items as text streams in (the model client
+            must have an ``on_text_delta`` attribute, as AnthropicModelClient does).
 
     Returns:
         A :class:`Run`; use it as ``async with run(...) as r: async for item in r: ...`` and read
@@ -659,13 +699,14 @@ def run(
         summarizer=summarizer,
         on_acknowledge=on_acknowledge,
         resume=resume,
+        text_deltas=text_deltas,
     )
 
 
 def run_sync(
     request: Request | str,
     *,
-    on_item: Callable[[Emitted], None] | None = None,
+    on_item: Callable[[Emitted | TextDelta], None] | None = None,
     on_permission: Callable[[PermissionRequest], bool] | None = None,
     backend: str = "asyncio",
     **kwargs: Any,

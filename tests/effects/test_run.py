@@ -372,3 +372,30 @@ async def test_model_compactor_replaces_the_conversation(tmp_path: Path) -> None
     assert isinstance(msgs[0], SystemMessage) and msgs[0].subtype == "compact_boundary"
     assert isinstance(msgs[1], UserMessage) and msgs[1].content[0].text.startswith(SUMMARY_PREAMBLE)  # type: ignore[union-attr]
     assert any(isinstance(i, SystemMessage) and i.subtype == "compact_boundary" for i in items)
+
+
+@pytest.mark.anyio
+async def test_text_deltas_for_live_display(tmp_path: Path) -> None:
+    """With text_deltas=True the run yields the raw deltas a client reports, then the block."""
+    from effects.run import TextDelta
+    from reducer.events import ModelBlockReceived, ModelResponseEnded
+    from reducer.messages import TextBlock
+
+    class DeltaModel:
+        def __init__(self) -> None:
+            self.on_text_delta: Any = None
+
+        async def stream(self, effect: Any) -> Any:
+            for piece in ("Hel", "lo"):
+                self.on_text_delta(0, piece)
+                await anyio.sleep(0.01)
+            yield ModelBlockReceived(call_id=effect.call_id, block=TextBlock(text="Hello"))
+            yield ModelResponseEnded(call_id=effect.call_id, model=effect.model, stop_reason="end_turn", usage=Usage())
+
+    async with run("hi", model=DeltaModel(), workspace=tmp_path, text_deltas=True) as r:
+        items = [i async for i in r]
+    deltas = [i.text for i in items if isinstance(i, TextDelta)]
+    assert deltas == ["Hel", "lo"]
+    texts = [i for i in items if isinstance(i, AssistantMessage)]
+    assert items.index(texts[0]) > max(items.index(i) for i in items if isinstance(i, TextDelta))
+    assert r.result is not None and r.result.terminal.TAG == "completed"
