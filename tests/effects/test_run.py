@@ -399,3 +399,22 @@ async def test_text_deltas_for_live_display(tmp_path: Path) -> None:
     texts = [i for i in items if isinstance(i, AssistantMessage)]
     assert items.index(texts[0]) > max(items.index(i) for i in items if isinstance(i, TextDelta))
     assert r.result is not None and r.result.terminal.TAG == "completed"
+
+
+@pytest.mark.anyio
+async def test_queued_command_is_attached_and_acknowledged(tmp_path: Path) -> None:
+    """A command queued during the turn rides along the next tool round and is acknowledged."""
+    acked: list[tuple[str, ...]] = []
+    slow = SlowTool(seconds=0.05)
+    tools = ToolRegistry([slow])
+    model = ScriptedModel([tool_call("Slow", {}), reply("done")], traits_for=tools.traits)
+    async with run("go", model=model, tools=tools, workspace=tmp_path, permissions=PermissionPolicy(default="allow"), on_acknowledge=acked.append) as r:
+        async for item in r:
+            if isinstance(item, AssistantMessage) and isinstance(item.content[0], ToolUseBlock):
+                r.queue_command("cmd-1", "also update the changelog")
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    assert acked == [("cmd-1",)]
+    from reducer.messages import AttachmentMessage
+
+    atts = [m for m in r.result.state.conversation.messages() if isinstance(m, AttachmentMessage)]
+    assert [a.attachment_type for a in atts] == ["queued_command"]
