@@ -50,6 +50,7 @@ from reducer.effects import (
     Wait,
 )
 from reducer.events import (
+    CommandQueued,
     CompactionFailed,
     CompactionFinished,
     Event,
@@ -273,6 +274,12 @@ class Run:
         """Interrupt the turn: ``hard`` (Esc) or ``submit`` (the user sent a new message)."""
         if self.result is None:
             self._feed(Interrupted(kind=kind, at_ms=self._now()))
+
+    def queue_command(self, command_id: str, text: str) -> None:
+        """Queue a user command while the turn runs; the machine attaches it to the next tool
+        round and acknowledges it when the turn ends normally (specs/ R-CMD-1, R-CMD-2)."""
+        if self.result is None:
+            self._feed(CommandQueued(command_id=command_id, text=text, at_ms=self._now()))
 
     async def __aenter__(self) -> Run:
         if self._entered:
@@ -678,7 +685,7 @@ def run(
         A :class:`Run`; use it as ``async with run(...) as r: async for item in r: ...`` and read
         ``r.result`` afterwards.
     """
-    req = Request(prompt=request) if isinstance(request, str) else request
+    req = Request(prompt=request, at_ms=clock_ms()) if isinstance(request, str) else request
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     return Run(
         req,
