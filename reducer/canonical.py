@@ -14,7 +14,14 @@ from typing import Any
 
 import attrs
 
-__all__ = ["canonical_bytes", "chain_digest", "digest_bytes", "to_data"]
+__all__ = [
+    "canonical_bytes",
+    "canonical_bytes_reference",
+    "chain_digest",
+    "digest_bytes",
+    "state_digest",
+    "to_data",
+]
 
 _ENCODERS: dict[type, Any] = {}
 _SCALARS = (str, int, float, bool, type(None))
@@ -62,7 +69,93 @@ def to_data(value: Any) -> Any:
     raise TypeError(f"cannot encode {cls.__name__} canonically")
 
 
+# --- the canonical text, composed -------------------------------------------------------------
+# canonical_bytes() must equal json.dumps(to_data(v), sort_keys=True, separators=(",", ":"),
+# ensure_ascii=False). It is composed field by field instead, so that the text of immutable
+# sub-values (messages, blocks, tool slots) can be memoised: a state digest per step then costs
+# what changed, not the whole state (specs/ R-COST-2; tests/reducer/test_canonical.py).
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+_TEXT: dict[type, Any] = {}
+_MEMO: dict[int, tuple[Any, str]] = {}
+_MEMO_MAX = 1 << 15
+
+
+def _compile_text(cls: type) -> Any:
+    """Compile ``'{"a":' + T(v.a) + ',"b":' + T(v.b) + '}'`` for one attrs class."""
+    canon = getattr(cls, "__canonical__", None)
+    if canon is not None:
+        return lambda v: _dumps(canon(v))
+    names = [f.name for f in attrs.fields(cls)]
+    tag = getattr(cls, "TAG", None)
+    keys = sorted([*names, "type"] if tag is not None else names)
+    pieces = []
+    for n, k in enumerate(keys):
+        sep = "{" if n == 0 else ","
+        if k == "type" and tag is not None:
+            pieces.append(repr(sep + _dumps(k) + ":" + _dumps(tag)))
+        else:
+            pieces.append(repr(sep + _dumps(k) + ":") + f" + T(v.{k})")
+    body = " + ".join(pieces) + " + '}'" if pieces else "'{}'"
+    memo = tag is not None or cls.__name__ in ("Slot", "Usage", "ErrorInfo", "ToolTraits")
+    if memo:
+        src = (
+            "def enc(v):\n"
+            "    hit = M.get(id(v))\n"
+            "    if hit is not None and hit[0] is v:\n"
+            "        return hit[1]\n"
+            f"    out = {body}\n"
+            "    if len(M) >= MAX:\n"
+            "        M.clear()\n"
+            "    M[id(v)] = (v, out)  # keeps v alive, so its id is not reused while cached\n"
+            "    return out\n"
+        )
+    else:
+        src = f"def enc(v):\n    return {body}\n"
+    ns: dict[str, Any] = {"T": _text, "M": _MEMO, "MAX": _MEMO_MAX}
+    exec(compile(src, f"<canonical {cls.__qualname__}>", "exec"), ns)
+    return ns["enc"]
+
+
+def _text(v: Any) -> str:
+    cls = type(v)
+    if cls is str:
+        return _dumps(v)
+    if cls is bool:
+        return "true" if v else "false"
+    if cls is int:
+        return str(v)
+    if v is None:
+        return "null"
+    enc = _TEXT.get(cls)
+    if enc is not None:
+        return enc(v)  # type: ignore[no-any-return]
+    if cls is tuple or cls is list:
+        return "[" + ",".join([_text(x) for x in v]) + "]" if v else "[]"
+    if attrs.has(cls) or getattr(cls, "__canonical__", None) is not None:
+        enc = _TEXT[cls] = _compile_text(cls)
+        return enc(v)  # type: ignore[no-any-return]
+    if isinstance(v, (tuple, list)):
+        return "[" + ",".join([_text(x) for x in v]) + "]"
+    if isinstance(v, dict):
+        return (
+            "{"
+            + ",".join(
+                _dumps(str(k)) + ":" + _text(x)
+                for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))
+            )
+            + "}"
+        )
+    return _dumps(to_data(v))
+
+
 def canonical_bytes(value: Any) -> bytes:
+    """The canonical JSON text of ``value`` as UTF-8 bytes."""
+    return _text(value).encode("utf-8")
+
+
+def canonical_bytes_reference(value: Any) -> bytes:
+    """The definition canonical_bytes() must match (slow; used by tests)."""
     return json.dumps(
         to_data(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     ).encode("utf-8")
