@@ -5,18 +5,24 @@ ModelResponseEnded, which ends the round with next_turn, runs the next round's p
 returns the next CallModel. The state before the round is built once per history size; the
 reducer is pure, so every repetition starts from the same state.
 
-Run: .venv/bin/python -m benchmarks.round_cost [--reps N]
+Item 2 of the suite (benchmarks/README.md). Run alone: ``python -m benchmarks.round_cost``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import platform
 import statistics
 import time
+from collections.abc import Sequence
+from typing import Any
 
+import attrs
+
+from benchmarks.common import machine, profile_top, progress, ratio_summary, summarize
 from reducer import LoopState, Request, Session, default, start, step
+from reducer.context import microcompact
 from reducer.conversation import Conversation
 from reducer.events import (
     Event,
@@ -46,30 +52,74 @@ def history(n: int) -> Conversation:
     i = 0
     while len(msgs) < n:
         i += 1
-        msgs.append(AssistantMessage(id=f"h{i}a", response_id=f"hr{i}", model="m",
-                                     content=(ToolUseBlock(id=f"old{i}", name="Read", input={"file_path": "a.py"}),),
-                                     usage=Usage(input_tokens=1000, output_tokens=10)))
-        msgs.append(UserMessage(id=f"h{i}u", content=(ToolResultBlock(tool_use_id=f"old{i}", content="x" * 40),), origin="tool_result"))
+        msgs.append(
+            AssistantMessage(
+                id=f"h{i}a",
+                response_id=f"hr{i}",
+                model="m",
+                content=(ToolUseBlock(id=f"old{i}", name="Read", input={"file_path": "a.py"}),),
+                usage=Usage(input_tokens=1000, output_tokens=10),
+            )
+        )
+        msgs.append(
+            UserMessage(
+                id=f"h{i}u",
+                content=(ToolResultBlock(tool_use_id=f"old{i}", content="x" * 40),),
+                origin="tool_result",
+            )
+        )
     return Conversation.of(msgs[:n])
 
 
-def setup(n: int) -> tuple[LoopState, list[Event]]:
+WALL_MS = 1_790_000_000_000  # a wall-clock reading in ms (late 2026)
+
+
+@functools.cache
+def setup(n: int, clocks: str = "consistent") -> tuple[LoopState, tuple[Event, ...]]:
+    """The state before the round at ``n`` messages of history, and the round's events.
+
+    ``clocks="consistent"``: every event at ``at_ms`` 0 (one clock). ``clocks="interpreter"``:
+    the order and stamps the interpreter produces today with a zero-latency model client that
+    leaves ``at_ms`` at 0 (the default of the shipped clients): the response ends (at 0) before
+    the tool finishes (stamped with the wall clock), so the round ends on the tool's event,
+    an hour or more after the response's 0, and time-based microcompact runs on every round.
+    Its history is the steady state of such a run: results past the recent window cleared.
+    """
     cfg = default()
-    session = Session(conversation=history(n), ids=Ids(msg=10 * n))
+    conversation = history(n)
+    if clocks == "interpreter":
+        # The steady state of such a run: earlier rounds already cleared the old results.
+        conversation, _cleared = microcompact(conversation, cfg.microcompact_keep_recent)
+    session = Session(conversation=conversation, ids=Ids(msg=10 * n))
     s, _ = start(Request(prompt="go"), cfg, session)
     cid, gen = s.round.call_id, s.round.generation
     events: list[Event] = [
-        ModelBlockReceived(call_id=cid, block=ToolUseBlock(id="t1", name="Read", input={"file_path": "b.py"}), tool=SAFE),
+        ModelBlockReceived(
+            call_id=cid,
+            block=ToolUseBlock(id="t1", name="Read", input={"file_path": "b.py"}),
+            tool=SAFE,
+        ),
         PermissionAnswered(generation=gen, tool_use_id="t1", decision="allow"),
         ToolFinished(generation=gen, tool_use_id="t1", content="print('hi')\n" * 5),
-        ModelResponseEnded(call_id=cid, model=cfg.model, stop_reason="tool_use", usage=Usage(input_tokens=1200, output_tokens=12)),
+        ModelResponseEnded(
+            call_id=cid,
+            model=cfg.model,
+            stop_reason="tool_use",
+            usage=Usage(input_tokens=1200, output_tokens=12),
+        ),
     ]
-    return s, events
+    if clocks == "interpreter":
+        block, permission, finished, ended = events
+        assert isinstance(finished, ToolFinished) and isinstance(permission, PermissionAnswered)
+        permission = attrs.evolve(permission, at_ms=WALL_MS)
+        events = [block, permission, ended, attrs.evolve(finished, at_ms=WALL_MS)]
+    return s, tuple(events)
 
 
-def time_round(n: int, reps: int) -> list[float]:
+def time_round(n: int, reps: int, clocks: str = "consistent") -> list[float]:
+    """Seconds per round, ``reps`` times, all from the same state."""
     cfg = default()
-    s0, events = setup(n)
+    s0, events = setup(n, clocks)
     samples = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -81,23 +131,78 @@ def time_round(n: int, reps: int) -> list[float]:
     return samples
 
 
+GOAL_RATIO = 1.3  # a round at the largest history at most this many times the smallest
+
+
+CLOCKS = ("consistent", "interpreter")
+
+
+def measure(sizes: Sequence[int], reps: int, blocks: int = 5) -> dict[str, Any]:
+    """Median cost of a round per size, interleaved in ``blocks`` blocks of ``reps`` rounds.
+
+    Both clock variants (see :func:`setup`) run in every block; the goal is judged on the
+    consistent clock, the interpreter variant is a diagnostic. The ratio largest/smallest is
+    taken per block (measured side by side) and summarized over the blocks.
+    """
+    medians: dict[str, dict[int, list[float]]] = {c: {n: [] for n in sizes} for c in CLOCKS}
+    for b in range(blocks):
+        order = list(sizes) if b % 2 == 0 else list(reversed(sizes))
+        for n in order:
+            for clocks in CLOCKS:
+                # The diagnostic variant is ~1,000x slower at 10,000 messages: fewer rounds.
+                k = reps if clocks == "consistent" else max(3, reps // 20)
+                medians[clocks][n].append(statistics.median(time_round(n, k, clocks)))
+        progress(
+            f"round cost block {b + 1}/{blocks}: "
+            + ", ".join(f"{n} msgs {1e6 * medians['consistent'][n][-1]:.1f} µs" for n in sizes)
+        )
+    lo, hi = sizes[0], sizes[-1]
+    out: dict[str, Any] = {
+        "sizes": list(sizes),
+        "rounds_per_block": reps,
+        "rounds_per_block_interpreter": max(3, reps // 20),
+        "blocks": blocks,
+    }
+    for clocks in CLOCKS:
+        out[clocks] = {
+            "us_per_round": {
+                str(n): summarize([1e6 * x for x in medians[clocks][n]], 2) for n in sizes
+            },
+            "ratio_largest_over_smallest": ratio_summary(medians[clocks][hi], medians[clocks][lo]),
+        }
+    ratio = out["consistent"]["ratio_largest_over_smallest"]
+    out["goals"] = {
+        "flat_in_history": {
+            "goal": f"round at {hi:,} messages / round at {lo} <= {GOAL_RATIO:g}",
+            "measured": ratio,
+            "met": ratio["median"] <= GOAL_RATIO,
+        }
+    }
+    return out
+
+
+def profile(n: int, rounds: int = 300, clocks: str = "consistent") -> dict[str, Any]:
+    """cProfile of ``rounds`` rounds at ``n`` messages of history."""
+    cfg = default()
+    s0, events = setup(n, clocks)
+
+    def body() -> None:
+        for _ in range(rounds):
+            s = s0
+            for e in events:
+                s, _fx = step(s, e, cfg)
+
+    return profile_top(body, focus=("reducer/machine.py:step", "reducer/context.py:microcompact"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3000)
+    ap.add_argument("--reps", type=int, default=200, help="rounds per size per block")
+    ap.add_argument("--blocks", type=int, default=15)
     ap.add_argument("--sizes", default="100,1000,10000")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
-    # interleave sizes so drift on the machine hits them equally
-    per: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(5):
-        for n in sizes:
-            per[n].extend(time_round(n, args.reps // 5))
-    med = {n: statistics.median(v) * 1e6 for n, v in per.items()}
-    out = {
-        "machine": f"{platform.machine()} {platform.processor() or ''} python {platform.python_version()}".strip(),
-        "median_us_per_round": {str(n): round(med[n], 2) for n in sizes},
-        "ratio_largest_to_smallest": round(med[sizes[-1]] / med[sizes[0]], 3),
-    }
+    out = {"machine": machine(), **measure(sizes, args.reps, args.blocks)}
     print(json.dumps(out, indent=2))
 
 

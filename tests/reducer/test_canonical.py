@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from reducer.canonical import canonical_bytes, canonical_bytes_reference, state_digest
 from reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, Usage
-
 from tests.reducer.driver import UNSAFE, Driver
 
 
