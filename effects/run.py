@@ -461,7 +461,7 @@ class Run:
                         kind="unknown",
                         message=f"the model client produced malformed data: {event!r:.200}",
                     )
-                self._feed(event)
+                self._feed(attrs.evolve(event, at_ms=self._now()))  # one clock for every event
                 if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
                     return None
         except Exception as exc:  # a broken client is a model error, not a crash of the run

@@ -78,7 +78,7 @@ def to_data(value: Any) -> Any:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
 _TEXT: dict[type, Any] = {}
 _MEMO: dict[int, tuple[Any, str]] = {}
-_MEMO_MAX = 1 << 15
+_MEMO_MAX = 4096  # small: filled within the first rounds, so memory stays flat
 
 
 def _compile_text(cls: type) -> Any:

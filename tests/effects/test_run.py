@@ -418,3 +418,19 @@ async def test_queued_command_is_attached_and_acknowledged(tmp_path: Path) -> No
 
     atts = [m for m in r.result.state.conversation.messages() if isinstance(m, AttachmentMessage)]
     assert [a.attachment_type for a in atts] == ["queued_command"]
+
+
+@pytest.mark.anyio
+async def test_every_event_is_stamped_with_the_run_clock(tmp_path: Path) -> None:
+    """Model events are re-stamped with the run's clock, so time-based rules see one clock
+    (a client that leaves at_ms at 0 once made microcompact fire on every round)."""
+    seen: list[int] = []
+    tools = ToolRegistry(builtin_tools(tmp_path))
+    (tmp_path / "a.txt").write_text("x")
+    model = ScriptedModel([tool_call("Read", {"file_path": "a.txt"}), reply("done")], traits_for=tools.traits)
+    async with run("go", model=model, tools=tools, workspace=tmp_path, permissions=PermissionPolicy(default="allow"),
+                   clock_ms=lambda: 5_000_000_000, observer=lambda e, s, fx: seen.append(e.at_ms) if e is not None else None) as r:
+        _ = [i async for i in r]
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    assert seen and set(seen) == {5_000_000_000}
+    assert r.result.state.last_assistant_at_ms == 5_000_000_000
