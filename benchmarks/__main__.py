@@ -1,0 +1,131 @@
+"""Run the whole suite: ``python -m benchmarks [--quick] [--out DIR] [--only 1,2,...]``.
+
+Writes ``DIR/latest.json`` (every figure) and ``DIR/latest.md`` (the summary table, goal by goal),
+with progress lines on stderr. ``--quick`` is a smoke test (under two minutes): fewer sizes and
+repetitions, same code paths. See benchmarks/README.md for what each item measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import external, loop_overhead, round_cost, sdk_overhead, streaming_tools
+from benchmarks.common import machine, progress
+from benchmarks.report import markdown
+
+ITEMS = {
+    "1": "loop_overhead",
+    "2": "round_cost",
+    "3": "replay",
+    "4": "streaming_tools",
+    "5": "sdk_overhead",
+    "6": "explorer",
+}
+
+
+def _missed(result: dict[str, Any]) -> bool:
+    return any(g.get("met") is False for g in result.get("goals", {}).values())
+
+
+def item_loop_overhead(quick: bool) -> dict[str, Any]:
+    sizes, reps = ((50, 200), 3) if quick else ((50, 200, 1000), 5)
+    result = loop_overhead.measure(sizes, reps)
+    if _missed(result):
+        n = max(sizes)
+        progress(f"loop overhead: profiling steploop at {n} turns")
+        result["profile"] = loop_overhead.profile(n)
+        result["profile_stamped"] = loop_overhead.profile(n, stamped=True)
+    return result
+
+
+def item_round_cost(quick: bool) -> dict[str, Any]:
+    sizes = (100, 1_000, 10_000)
+    result = round_cost.measure(sizes, reps=100 if quick else 200, blocks=5 if quick else 15)
+    if _missed(result):
+        progress(f"round cost: profiling rounds at {sizes[-1]} messages")
+        result["profile"] = round_cost.profile(sizes[-1])
+    if result["interpreter"]["ratio_largest_over_smallest"]["median"] > round_cost.GOAL_RATIO:
+        progress(f"round cost: profiling the interpreter's clocks at {sizes[-1]} messages")
+        result["profile_interpreter"] = round_cost.profile(sizes[-1], 5, "interpreter")
+    return result
+
+
+def item_replay(quick: bool) -> dict[str, Any]:
+    return external.replay(quick)
+
+
+def item_streaming_tools(quick: bool) -> dict[str, Any]:
+    return streaming_tools.measure(0.2, 3 if quick else 9)
+
+
+def item_sdk_overhead(quick: bool) -> dict[str, Any]:
+    turns, reps = (20, 7) if quick else (40, 31)
+    return sdk_overhead.measure(turns, reps, with_profile=True)
+
+
+def item_explorer(quick: bool) -> dict[str, Any]:
+    return external.explorer(quick)
+
+
+RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "loop_overhead": item_loop_overhead,
+    "round_cost": item_round_cost,
+    "replay": item_replay,
+    "streaming_tools": item_streaming_tools,
+    "sdk_overhead": item_sdk_overhead,
+    "explorer": item_explorer,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a short smoke run (< 2 minutes)")
+    ap.add_argument("--out", default="benchmarks/results", help="where latest.json/md go")
+    ap.add_argument("--only", default="", help="comma-separated item numbers (default: all)")
+    args = ap.parse_args(argv)
+    chosen = [x.strip() for x in args.only.split(",") if x.strip()] or list(ITEMS)
+    unknown = [x for x in chosen if x not in ITEMS]
+    if unknown:
+        ap.error(f"unknown item(s) {', '.join(unknown)}; items are {', '.join(ITEMS)}")
+
+    command = "python -m benchmarks" + (" " + " ".join(sys.argv[1:]) if argv is None else "")
+    report: dict[str, Any] = {
+        "suite": "steploop benchmarks (issue 6)",
+        "command": command.strip(),
+        "quick": args.quick,
+        "machine": machine(),
+        "items": {},
+    }
+    start = time.perf_counter()
+    for key in chosen:
+        name = ITEMS[key]
+        progress(f"item {key}: {name}")
+        t0 = time.perf_counter()
+        try:
+            result = RUNNERS[name](args.quick)
+        except Exception as exc:
+            traceback.print_exc()
+            result = {"available": False, "reason": f"crashed: {type(exc).__name__}: {exc}"}
+        result["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        report["items"][f"{key}_{name}"] = result
+        progress(f"item {key}: {name} done in {result['elapsed_s']} s")
+    report["duration_s"] = round(time.perf_counter() - start, 1)
+    report["machine"]["loadavg_at_end"] = machine()["loadavg_1_5_15"]
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    (out / "latest.md").write_text(markdown(report))
+    progress(f"wrote {out / 'latest.json'} and {out / 'latest.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

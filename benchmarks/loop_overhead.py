@@ -1,0 +1,264 @@
+"""Item 1: loop overhead per tool turn, steploop against the floor and the peer frameworks.
+
+Every contender runs :mod:`benchmarks.workload` (a counter model, one instant tool call per turn,
+a final text at turn n). Repetitions are interleaved: each repetition runs every size and, within
+a size, every contender, in an order that rotates from one repetition to the next, so drift on a
+shared machine hits them all alike. Each sample runs in a fresh event loop after a full garbage
+collection.
+
+The cost per turn is the span from the first to the last model call divided by the n-1 turns
+between them: it leaves out building the agent and tearing it down, the same way for everyone.
+The cost along the run is the mean gap between consecutive model calls in each tenth of the
+run; flatness is the last tenth over the first.
+
+Run alone: ``python -m benchmarks.loop_overhead [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import itertools
+import json
+import statistics
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from benchmarks.common import profile_top, progress, ratio_summary, summarize
+from benchmarks.workload import Runner, Stamps, run_floor, run_steploop, run_steploop_stamped
+
+__all__ = ["Contender", "contenders", "main", "measure", "sample"]
+
+PEER_MODULES = ("langgraph_peer", "pydantic_ai_peer", "openai_agents_peer")
+GOAL_VS_PEER = 100.0  # steploop at least this many times faster than the fastest peer
+GOAL_VS_FLOOR = 3.0  # steploop at most this many times the floor
+GOAL_FLAT = 1.2  # last tenth at most this many times the first
+OURS = ("steploop", "steploop-stamped", "floor")
+
+
+@dataclass
+class Contender:
+    name: str
+    version: str
+    runner: Runner | None
+    missing: str | None = None  # why it cannot run here
+
+
+def contenders(peers: bool = True) -> list[Contender]:
+    """steploop, the floor, and each peer that imports (the others with the reason)."""
+    from importlib.metadata import version
+
+    out = [
+        Contender("steploop", f"steploop {version('steploop')}", run_steploop),
+        Contender("steploop-stamped", f"steploop {version('steploop')}", run_steploop_stamped),
+        Contender("floor", f"anyio {version('anyio')}", run_floor),
+    ]
+    if not peers:
+        return out
+    for module_name in PEER_MODULES:
+        try:
+            module = importlib.import_module(f"benchmarks.peers.{module_name}")
+            out.append(Contender(module.NAME, module.version(), module.run))
+        except Exception as exc:  # not installed (the bench extra) or broken here
+            name = module_name.removesuffix("_peer").replace("_", "-")
+            out.append(Contender(name, "", None, f"{type(exc).__name__}: {exc}"))
+    return out
+
+
+def _tenths(gaps: Sequence[float]) -> list[float]:
+    """Mean gap in each tenth of the run (µs), tenths as equal as the count allows."""
+    k = len(gaps)
+    edges = [round(i * k / 10) for i in range(11)]
+    return [
+        1e6 * statistics.fmean(gaps[edges[i] : edges[i + 1]])
+        for i in range(10)
+        if edges[i + 1] > edges[i]
+    ]
+
+
+def sample(runner: Runner, n: int) -> dict[str, Any]:
+    """One run of ``n`` turns: cost per turn, per tenth, and the whole run's wall time."""
+    gc.collect()
+    stamps = Stamps()
+    start = time.perf_counter()
+    anyio.run(runner, n, stamps)
+    wall = time.perf_counter() - start
+    calls = stamps.calls
+    if len(calls) != n:
+        raise AssertionError(f"expected {n} model calls, saw {len(calls)}")
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    tenths = _tenths(gaps)
+    return {
+        "per_turn_us": 1e6 * (calls[-1] - calls[0]) / (n - 1),
+        "tenths_us": tenths,
+        "flatness": tenths[-1] / tenths[0],
+        "wall_s": wall,
+    }
+
+
+def measure(
+    sizes: Sequence[int], reps: int, *, peers: bool = True, warmup_turns: int = 20
+) -> dict[str, Any]:
+    """Run every contender at every size, ``reps`` interleaved repetitions; see the module doc."""
+    field = contenders(peers)
+    runnable = [c for c in field if c.runner is not None]
+    failed: dict[str, str] = {}
+    for c in runnable:  # imports, first-call caches, lazy compilation
+        assert c.runner is not None
+        try:
+            sample(c.runner, warmup_turns)
+        except Exception as exc:
+            failed[c.name] = f"{type(exc).__name__}: {exc}"
+            progress(f"loop overhead: {c.name} failed to run: {failed[c.name]}")
+            traceback.print_exc()
+    samples: dict[str, dict[int, list[dict[str, Any]]]] = {
+        c.name: {n: [] for n in sizes} for c in runnable
+    }
+    for rep in range(reps):
+        for n in sizes:
+            active = [c for c in runnable if c.name not in failed]
+            shift = rep % len(active)
+            for c in active[shift:] + active[:shift]:
+                assert c.runner is not None
+                try:
+                    s = sample(c.runner, n)
+                except Exception as exc:
+                    failed[c.name] = f"{type(exc).__name__}: {exc}"
+                    progress(f"loop overhead: {c.name} failed at n={n}: {failed[c.name]}")
+                    continue
+                samples[c.name][n].append({**s, "rep": rep})
+                progress(
+                    f"loop overhead rep {rep + 1}/{reps} n={n:>5} {c.name:<14}"
+                    f" {s['per_turn_us']:10.1f} µs/turn  flat {s['flatness']:.2f}"
+                )
+    return _report(field, sizes, samples, failed)
+
+
+def _report(
+    field: Sequence[Contender],
+    sizes: Sequence[int],
+    samples: dict[str, dict[int, list[dict[str, Any]]]],
+    failed: dict[str, str],
+) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for c in field:
+        entry: dict[str, Any] = {"version": c.version}
+        reason = c.missing or failed.get(c.name)
+        if reason is not None:
+            entry["available"] = False
+            entry["reason"] = reason
+        else:
+            entry["available"] = True
+        by_size = samples.get(c.name, {})
+        for n in sizes:
+            runs = by_size.get(n, [])
+            if not runs:
+                continue
+            tenths = [
+                statistics.median(t) for t in zip(*(r["tenths_us"] for r in runs), strict=True)
+            ]
+            entry[str(n)] = {
+                "per_turn_us": summarize([r["per_turn_us"] for r in runs], 2),
+                "flatness": summarize([r["flatness"] for r in runs]),
+                "tenths_us_median": [round(t, 2) for t in tenths],
+                "wall_s": summarize([r["wall_s"] for r in runs], 4),
+            }
+        results[c.name] = entry
+
+    def by_rep(name: str, n: int) -> dict[int, float]:
+        return {r["rep"]: r["per_turn_us"] for r in samples.get(name, {}).get(n, [])}
+
+    def paired(num: str, den: str, n: int) -> tuple[list[float], list[float]]:
+        a, b = by_rep(num, n), by_rep(den, n)
+        reps = sorted(set(a) & set(b))
+        return [a[i] for i in reps], [b[i] for i in reps]
+
+    largest = max(sizes)
+    peers = [c.name for c in field if c.name not in OURS and by_rep(c.name, largest)]
+    ratios: dict[str, Any] = {}
+    for n in sizes:
+        row: dict[str, Any] = {}
+        for ours in ("steploop", "steploop-stamped"):
+            num, den = paired(ours, "floor", n)
+            if num:
+                row[f"{ours}_over_floor"] = ratio_summary(num, den)
+            for p in peers:
+                num, den = paired(p, ours, n)
+                if num:
+                    row[f"{p}_over_{ours}"] = ratio_summary(num, den, 1)
+        ratios[str(n)] = row
+
+    goals: dict[str, Any] = {}
+    goal_peer = f">= {GOAL_VS_PEER:g}x faster than the fastest peer at {largest} turns"
+    base = by_rep("steploop", largest)
+    peer_reps = [by_rep(p, largest) for p in peers]
+    common = sorted(set(base).intersection(*peer_reps)) if peer_reps else []
+    if common:
+        # Per repetition: the fastest peer of that repetition over steploop.
+        speedup = summarize([min(p[i] for p in peer_reps) / base[i] for i in common], 1)
+        fastest = min(peers, key=lambda p: statistics.median(by_rep(p, largest).values()))
+        goals["faster_than_fastest_peer"] = {
+            "goal": goal_peer,
+            "fastest_peer": fastest,
+            "measured": speedup,
+            "met": speedup["median"] >= GOAL_VS_PEER,
+        }
+    else:
+        goals["faster_than_fastest_peer"] = {
+            "goal": goal_peer,
+            "measured": None,
+            "met": None,
+            "note": "no peer framework could run here",
+        }
+    over_floor = ratios.get(str(largest), {}).get("steploop_over_floor")
+    goals["within_floor"] = {
+        "goal": f"<= {GOAL_VS_FLOOR:g}x the floor at {largest} turns",
+        "measured": over_floor,
+        "met": None if over_floor is None else over_floor["median"] <= GOAL_VS_FLOOR,
+    }
+    flat = results.get("steploop", {}).get(str(largest), {}).get("flatness")
+    goals["flat"] = {
+        "goal": f"last tenth / first tenth <= {GOAL_FLAT:g} at {largest} turns",
+        "measured": flat,
+        "met": None if flat is None else flat["median"] <= GOAL_FLAT,
+    }
+    return {
+        "sizes": list(sizes),
+        "reps": max((len(v) for s in samples.values() for v in s.values()), default=0),
+        "contenders": results,
+        "ratios": ratios,
+        "goals": goals,
+    }
+
+
+def profile(n: int, *, stamped: bool = False) -> dict[str, Any]:
+    """cProfile of one steploop run of ``n`` turns (for a missed goal)."""
+    runner = run_steploop_stamped if stamped else run_steploop
+    return profile_top(
+        lambda: anyio.run(runner, n, Stamps()),
+        focus=(
+            "reducer/machine.py:step",
+            "reducer/context.py:microcompact",
+            "effects/run.py:_execute",
+            "effects/tools/base.py:run",
+        ),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-peers", action="store_true")
+    args = ap.parse_args()
+    sizes, reps = ((50, 200), 3) if args.quick else ((50, 200, 1000), 5)
+    print(json.dumps(measure(sizes, reps, peers=not args.no_peers), indent=2))
+
+
+if __name__ == "__main__":
+    main()

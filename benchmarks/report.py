@@ -1,0 +1,285 @@
+"""The Markdown summary of a suite run (``latest.md``), from the results dict of ``__main__``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["markdown"]
+
+
+def _num(x: float | int) -> str:
+    if isinstance(x, int):
+        return f"{x:,}"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
+
+
+def _s(summary: dict[str, Any] | None, unit: str = "") -> str:
+    """median (q1–q3) for a summary dict."""
+    if not summary:
+        return "—"
+    u = f" {unit}" if unit else ""
+    return f"{_num(summary['median'])}{u} ({_num(summary['q1'])}–{_num(summary['q3'])})"
+
+
+def _status(met: bool | None) -> str:
+    return {True: "**met**", False: "**missed**", None: "not measured"}[met]
+
+
+def _goal_rows(report: dict[str, Any]) -> list[str]:
+    rows = []
+    for key, item in report["items"].items():
+        number = key.split("_", 1)[0]
+        if not item.get("available", True):
+            rows.append(
+                f"| {number} | {key.split('_', 1)[1]} | not available: {item['reason']} | — |"
+            )
+            continue
+        for goal in item.get("goals", {}).values():
+            measured = goal.get("measured")
+            if isinstance(measured, dict):
+                shown = _s(measured)
+            elif isinstance(measured, int | float):
+                shown = _num(measured)
+            else:
+                shown = "—"
+            if goal.get("fastest_peer"):
+                shown += f" vs {goal['fastest_peer']}"
+            rows.append(f"| {number} | {goal['goal']} | {shown} | {_status(goal.get('met'))} |")
+        if number == "4" and "ratio_on_over_off" in item:
+            rows.append(
+                f"| 4 | on/off wall time, next to the ideal (p+T)/(p+2T) = {item['ideal_ratio']}"
+                f" | {_s(item['ratio_on_over_off'])} | reported (no goal) |"
+            )
+        if number == "6" and "results" in item:
+            r = item["results"]
+            rows.append(
+                f"| 6 | explorer throughput, {r['profile']} profile, {r['rounds_bound']} calls"
+                f" per path | {_num(r['states_per_s'])} states/s | reported (no goal) |"
+            )
+    return rows
+
+
+def _loop_overhead(item: dict[str, Any]) -> list[str]:
+    sizes = [str(n) for n in item["sizes"]]
+    out = [
+        "## 1. Loop overhead per tool turn",
+        "",
+        f"µs per turn, median (q1–q3) of {item['reps']} interleaved repetitions;"
+        " flatness = mean turn cost in the last tenth of the run / the first tenth.",
+        "",
+        "| contender | version | "
+        + " | ".join(f"n={n}" for n in sizes)
+        + f" | flatness n={sizes[-1]} |",
+        "|---|---|" + "---|" * (len(sizes) + 1),
+    ]
+    for name, c in item["contenders"].items():
+        if not c.get("available", True) and sizes[0] not in c:
+            out.append(f"| {name} | {c['version'] or '—'} | not available: {c['reason']} |")
+            continue
+        cells = [_s(c.get(n, {}).get("per_turn_us")) for n in sizes]
+        flat = _s(c.get(sizes[-1], {}).get("flatness"))
+        out.append(f"| {name} | {c['version']} | " + " | ".join(cells) + f" | {flat} |")
+    out += ["", "Ratios measured side by side (per repetition, then median (q1–q3)):", ""]
+    out.append("| ratio | " + " | ".join(f"n={n}" for n in sizes) + " |")
+    out.append("|---|" + "---|" * len(sizes))
+    keys: list[str] = []
+    for n in sizes:
+        for k in item["ratios"].get(n, {}):
+            if k not in keys:
+                keys.append(k)
+    for k in keys:
+        cells = [_s(item["ratios"].get(n, {}).get(k)) for n in sizes]
+        out.append(f"| {k.replace('_over_', ' / ')} | " + " | ".join(cells) + " |")
+    out += ["", f"Cost along the run at n={sizes[-1]} (median µs per turn in each tenth):", ""]
+    out.append("| contender | " + " | ".join(str(i) for i in range(1, 11)) + " |")
+    out.append("|---|" + "---|" * 10)
+    for name, c in item["contenders"].items():
+        tenths = c.get(sizes[-1], {}).get("tenths_us_median")
+        if tenths:
+            out.append(f"| {name} | " + " | ".join(_num(t) for t in tenths) + " |")
+    out.append("")
+    return out
+
+
+def _round_cost(item: dict[str, Any]) -> list[str]:
+    out = [
+        "## 2. One round through step() by history size",
+        "",
+        "µs per round (tool block, permission, tool result, response end → pipeline → next"
+        f" CallModel), median (q1–q3) of {item['blocks']} interleaved blocks of"
+        f" {item['rounds_per_block']} rounds. *consistent*: every event on one clock (the goal)."
+        " *interpreter*: the order and stamps today's interpreter produces with a model client"
+        " that leaves `at_ms` at 0 (the shipped clients' default), which makes time-based"
+        " microcompact run on every round (a diagnostic, see the README).",
+        "",
+        "| messages | consistent clock | interpreter's clocks |",
+        "|---|---|---|",
+    ]
+    for n in item["sizes"]:
+        cells = [_s(item[c]["us_per_round"][str(n)]) for c in ("consistent", "interpreter")]
+        out.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    ratios = [_s(item[c]["ratio_largest_over_smallest"]) for c in ("consistent", "interpreter")]
+    out.append("| ratio largest/smallest | " + " | ".join(ratios) + " |")
+    out.append("")
+    return out
+
+
+def _streaming(item: dict[str, Any]) -> list[str]:
+    return [
+        "## 4. Streaming tool execution",
+        "",
+        f"T = {item['T_s']} s (tool time and stream after the tool block), p = {item['p_s']} s.",
+        "",
+        "| | measured s | ideal s |",
+        "|---|---|---|",
+        f"| streaming execution on | {_s(item['on_s'])} | {item['ideal_on_s']} |",
+        f"| streaming execution off | {_s(item['off_s'])} | {item['ideal_off_s']} |",
+        f"| ratio on/off | {_s(item['ratio_on_over_off'])} | {item['ideal_ratio']} |",
+        "",
+        f"Measured ratio is {item['excess_over_ideal_pct']}% above the ideal; fixed overhead"
+        f" per run {item['overhead_on_ms']} ms (on) and {item['overhead_off_ms']} ms (off).",
+        "",
+    ]
+
+
+def _sdk(item: dict[str, Any]) -> list[str]:
+    return [
+        "## 5. Interpreter overhead over the raw anthropic SDK",
+        "",
+        f"{item['calls_per_side']} streamed calls per side ({item['turns_per_run']} per run),"
+        " server in a separate process.",
+        "",
+        "| side | ms per call |",
+        "|---|---|",
+        f"| steploop (run() + AnthropicModelClient) | {_s(item['steploop_ms_per_call'])} |",
+        f"| bare loop over messages.create(stream=True) | {_s(item['bare_ms_per_call'])} |",
+        f"| ratio steploop / bare | {_s(item['ratio_steploop_over_bare'])} |",
+        "",
+    ]
+
+
+def _replay(item: dict[str, Any]) -> list[str]:
+    out = ["## 3. Exact replay throughput and peak memory", ""]
+    if not item.get("available", True):
+        return [*out, f"Not available: {item['reason']}", ""]
+    out += [
+        f"From `{item['entry_point']}`; {item['note']}.",
+        "",
+        "| events | events/s | tracemalloc peak MB | allocated blocks growth | trace MB"
+        " | record s | replay s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in item["runs"]:
+        out.append(
+            f"| {r['events']:,} | {_num(r['events_per_s'])} | {r.get('peak_replay_mb', '—')}"
+            f" | {r.get('peak_allocated_blocks_growth', '—')} | {r.get('file_mb', '—')}"
+            f" | {r.get('record_s', '—')} | {r.get('replay_s', '—')} |"
+        )
+    out.append("")
+    return out
+
+
+def _explorer(item: dict[str, Any]) -> list[str]:
+    out = ["## 6. Explorer throughput at the CI bound", ""]
+    if not item.get("available", True):
+        return [*out, f"Not available: {item['reason']}", ""]
+    r = item["results"]
+    cut = "" if r["max_states"] is None else f", stopped at {r['max_states']:,} states"
+    out += [
+        f"`{item['entry_point']}` on the {r['profile']} profile, {r['rounds_bound']} model calls"
+        f" per path{cut}; complete: {r['complete']}, report ok: {r['report_ok']}.",
+        "",
+        "| abstract states | transitions | seconds | states/s | transitions/s |",
+        "|---|---|---|---|---|",
+        f"| {r['states']:,} | {r['transitions']:,} | {r['elapsed_s']} | {_num(r['states_per_s'])}"
+        f" | {_num(r['transitions_per_s'])} |",
+        "",
+    ]
+    return out
+
+
+def _profile(title: str, prof: dict[str, Any], limit: int = 12) -> list[str]:
+    out = [
+        f"### Profile: {title}",
+        "",
+        f"cProfile, {prof['total_s']} s profiled. Cumulative share: "
+        + ", ".join(f"`{k}` {v}%" for k, v in prof.get("cumulative_share_pct", {}).items()),
+        "",
+        "| function | calls | own s | own % | cumulative s |",
+        "|---|---|---|---|---|",
+    ]
+    for row in prof["top_by_tottime"][:limit]:
+        out.append(
+            f"| `{row['function']}` | {row['ncalls']:,} | {row['tottime_s']}"
+            f" | {row['tottime_pct']} | {row['cumtime_s']} |"
+        )
+    out.append("")
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The summary: machine, the goal table, each item's figures, profiles of missed goals."""
+    m = report["machine"]
+    lines = [
+        "# steploop benchmarks: latest run",
+        "",
+        f"- date: {m['date_utc']}; command: `{report['command']}`"
+        f"{' (quick smoke run: not for quoting)' if report['quick'] else ''}",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, {m['python']};"
+        f" load average (1/5/15 min) {m['loadavg_1_5_15']} at start,"
+        f" {m.get('loadavg_at_end')} at end",
+        f"- duration: {report.get('duration_s')} s. Absolute times are for this machine only;"
+        " ratios are measured side by side in this run.",
+        "",
+        "## Goals",
+        "",
+        "| item | goal | measured: median (q1–q3) | status |",
+        "|---|---|---|---|",
+        *_goal_rows(report),
+        "",
+    ]
+    items = report["items"]
+    profiles: list[str] = []
+    for key, item in items.items():
+        if not item.get("available", True) and not key.startswith(("3", "6")):
+            lines += [f"## {key}", "", f"Not available: {item['reason']}", ""]
+            continue
+        if key.startswith("1"):
+            lines += _loop_overhead(item)
+            if "profile" in item:
+                profiles += _profile(
+                    "item 1, steploop as shipped, one run at the largest n", item["profile"]
+                )
+            if "profile_stamped" in item:
+                profiles += _profile(
+                    "item 1, steploop with wall-clock model stamps", item["profile_stamped"]
+                )
+        elif key.startswith("2"):
+            lines += _round_cost(item)
+            if "profile" in item:
+                profiles += _profile("item 2, rounds at the largest history", item["profile"])
+            if "profile_interpreter" in item:
+                profiles += _profile(
+                    "item 2 diagnostic, rounds at the largest history with the interpreter's"
+                    " clocks",
+                    item["profile_interpreter"],
+                )
+        elif key.startswith("3"):
+            lines += _replay(item)
+            if "profile" in item:
+                profiles += _profile("item 3, replay_exact on a 5,000-event trace", item["profile"])
+        elif key.startswith("4"):
+            lines += _streaming(item)
+        elif key.startswith("5"):
+            lines += _sdk(item)
+            if "profile" in item:
+                profiles += _profile("item 5, one steploop run against the server", item["profile"])
+        elif key.startswith("6"):
+            lines += _explorer(item)
+    if profiles:
+        lines += ["## Where the time goes (missed goals)", "", *profiles]
+    return "\n".join(lines).rstrip() + "\n"
