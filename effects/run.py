@@ -361,7 +361,10 @@ class Run:
                 finished = await self._execute(state, fx)
                 if finished:
                     return
-                event = await self._events_recv.receive()
+                try:  # an event already waiting needs no trip through the event loop
+                    event = self._events_recv.receive_nowait()
+                except anyio.WouldBlock:
+                    event = await self._events_recv.receive()
                 if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
                     self._usage = _add(self._usage, event.usage)
                 state, fx = step(state, event, self.config)

@@ -431,10 +431,11 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
     block = e.block
     if isinstance(block, ToolUseBlock) and not e.input_complete:
         return s  # [R-TOOL-4] a truncated tool input is never emitted, stored or run
-    s, mid = _msg_id(s)
-    rec = AssistantMessage(id=mid, response_id=f"r{r.call_id}", model=s.model, content=(block,))
+    n = s.ids.msg + 1
+    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=s.model, content=(block,))
     fx.append(Emit(item=rec))
     r = evolve(r, blocks=(*r.blocks, rec))
+    ids = evolve(s.ids, msg=n)
     if isinstance(block, ToolUseBlock):
         traits = e.tool or ToolTraits(known=False)
         slot = Slot(tool_use_id=block.id, name=block.name, input=block.input, traits=traits)
@@ -456,10 +457,10 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
                 result=_sibling_result(block.id, r.sibling_error),
             )
         r = evolve(r, slots=(*r.slots, slot))
-        s = evolve(s, round=r)
+        s = evolve(s, round=r, ids=ids)
         s = _schedule(s, cfg, fx)
         return _release(s, cfg, fx)
-    return evolve(s, round=r)
+    return evolve(s, round=r, ids=ids)
 
 
 def _sibling_result(tool_use_id: str, desc: str) -> ToolResultBlock:
@@ -512,13 +513,14 @@ def _release(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     results = list(r.results)
     out_of_order = cfg.compat.out_of_order_safe_results
     changed = False
+    n = s.ids.msg
     for i, sl in enumerate(slots):
         if sl.message is not None:
             continue
         if sl.status == "done":
             assert sl.result is not None
-            s, mid = _msg_id(s)
-            msg = UserMessage(id=mid, content=(sl.result,), origin="tool_result")
+            n += 1
+            msg = UserMessage(id=f"m{n}", content=(sl.result,), origin="tool_result")
             fx.append(Emit(item=msg))
             slots[i] = evolve(sl, message=msg)
             results.append(msg)
@@ -529,7 +531,9 @@ def _release(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
             break
     if not changed:
         return s
-    return evolve(s, round=evolve(s.round, slots=tuple(slots), results=tuple(results)))
+    return evolve(
+        s, ids=evolve(s.ids, msg=n), round=evolve(r, slots=tuple(slots), results=tuple(results))
+    )
 
 
 def _find_slot(s: LoopState, e: ToolFinished | PermissionAnswered) -> tuple[int, Slot] | None:
