@@ -322,6 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
     r.add_argument("--yes", action="store_true", help="allow every tool call without asking")
     _config_args(r)
+    from effects import check_cli
+
+    check_cli.register(sub)
+    try:
+        from effects import trace_cli
+    except ImportError:  # pragma: no cover - only while the trace layer is absent
+        trace_cli = None  # type: ignore[assignment]
+    if trace_cli is not None:
+        trace_cli.register(sub)
     return p
 
 
@@ -335,8 +344,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None) or COMMANDS[args.command]
     try:
-        return COMMANDS[args.command](args, out)
+        return int(handler(args, out))
     except (CliError, ConfigError, SteploopError) as e:
         print(f"steploop: error: {e}", file=sys.stderr)
         return 2

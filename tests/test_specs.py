@@ -1,4 +1,4 @@
-"""Every rule in specs/rules.md is named by a test, and every named rule exists."""
+"""Every rule in specs/rules.md and specs/invariants.md is named by a test, and every named rule exists."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ RULE = re.compile(r"^### (\S+) ·", re.M)
 MARK = re.compile(r"spec\(((?:\s*\"[^\"]+\"\s*,?)+)\)")
 
 
+SPEC_FILES = ("rules.md", "invariants.md")
+
+
 def spec_ids() -> set[str]:
-    return set(RULE.findall((ROOT / "specs" / "rules.md").read_text(encoding="utf-8")))
+    ids: set[str] = set()
+    for name in SPEC_FILES:
+        ids |= set(RULE.findall((ROOT / "specs" / name).read_text(encoding="utf-8")))
+    return ids
 
 
 def named_ids() -> dict[str, set[str]]:
@@ -25,8 +31,7 @@ def named_ids() -> dict[str, set[str]]:
 
 def test_rules_are_unique_and_parsed() -> None:
     """specs/rules.md has rule headings and no id appears twice."""
-    text = (ROOT / "specs" / "rules.md").read_text(encoding="utf-8")
-    ids = RULE.findall(text)
+    ids = [i for name in SPEC_FILES for i in RULE.findall((ROOT / "specs" / name).read_text(encoding="utf-8"))]
     assert len(ids) > 50
     assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]
 
