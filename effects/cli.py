@@ -306,7 +306,21 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {"demo": cmd_demo, "run": cmd_run}
+def cmd_graph(args: argparse.Namespace, out: TextIO) -> int:
+    from reducer.graph import mermaid, phase_edges
+
+    text = mermaid(phase_edges())
+    if args.fenced:
+        text = "```mermaid\n" + text + "```\n"
+    out.write(text)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
+    "demo": cmd_demo,
+    "run": cmd_run,
+    "graph": cmd_graph,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -322,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
     r.add_argument("--yes", action="store_true", help="allow every tool call without asking")
     _config_args(r)
+    g = sub.add_parser("graph", help="print the machine as a Mermaid state diagram (from the explorer)")
+    g.add_argument("--fenced", action="store_true", help="wrap it in a ```mermaid fence for Markdown")
     from effects import check_cli
 
     check_cli.register(sub)

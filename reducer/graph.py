@@ -1,0 +1,125 @@
+"""The machine as a picture: a Mermaid state diagram of phases and the 17 transitions.
+
+The edges are not drawn by hand: they are every (phase, event type) → (phase, transition) that
+the explorer (reducer/explore.py) observes from the start of a user turn under a fixed set of
+configs, so the diagram shows what the transition table really does. ``steploop graph`` prints
+it; tests/reducer/test_graph.py snapshot-tests it against specs/machine.mmd, so a diagram that
+drifts from the code fails CI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from reducer.config import LoopConfig, claude_code_2_1_88, default, full
+from reducer.explore import Invariant, Observation, Verdict, World, explore
+from reducer.conversation import Conversation
+from reducer.messages import (
+    AssistantMessage,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+from reducer.state import Ids, Request, Session
+from reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES
+
+__all__ = ["GRAPH_CONFIGS", "Edge", "mermaid", "phase_edges"]
+
+Edge = tuple[str, str, str, str]  # (from phase, event type, to phase, transition tag or "")
+
+
+def _tag(t: object) -> str:
+    return str(getattr(t, "TAG", "")) if t is not None else ""
+
+
+class _Recorder(Invariant):
+    """Not a rule: an observer riding on the explorer that records phase edges."""
+
+    id = "GRAPH"
+    title = "record the phase graph"
+
+    def __init__(self, edges: set[Edge]) -> None:
+        self.edges = edges
+
+    def check(self, mon: Any, o: Observation) -> Verdict:
+        before = o.state.phase if o.state is not None else "[*]"
+        event = type(o.event).__name__ if o.event is not None else "start()"
+        changed = o.state is None or o.next.transition is not o.state.transition
+        self.edges.add((before, event, o.next.phase, _tag(o.next.transition) if changed else ""))
+        return mon, True, None
+
+
+def _history(rounds: int) -> Session:
+    """A session with ``rounds`` earlier tool rounds, so a collapse drain has something to fold."""
+    msgs: list[Message] = [UserMessage(id="h0", content=(TextBlock(text="earlier"),))]
+    for i in range(1, rounds + 1):
+        use = ToolUseBlock(id=f"h{i}", name="Read", input={"file_path": "a.py"})
+        msgs.append(AssistantMessage(id=f"h{i}a", response_id=f"h{i}", model="m", content=(use,)))
+        msgs.append(
+            UserMessage(id=f"h{i}u", content=(ToolResultBlock(tool_use_id=f"h{i}", content="x"),))
+        )
+    return Session(conversation=Conversation.of(msgs), ids=Ids(msg=100))
+
+
+GraphConfig = tuple[LoopConfig, Request, World, Session | None]
+
+
+def GRAPH_CONFIGS() -> list[GraphConfig]:  # noqa: N802 - a computed constant
+    """The configs whose union of edges is drawn (together they reach all 17 transitions)."""
+    work = Request(prompt="work")
+    hooks = World(tool_outcomes=("ok", "error", "hook_stop"))
+    return [
+        (default(max_turns=2), work, hooks, None),
+        (default(), Request(prompt="work", token_budget=4_000), World(), None),
+        (default(), work, World(), _history(3)),
+        (claude_code_2_1_88(), work, World(), None),
+        (full(), work, World(), None),
+    ]
+
+
+def phase_edges(configs: Iterable[GraphConfig] | None = None, rounds: int = 2) -> set[Edge]:
+    """Every edge the explorer observes within ``rounds`` model calls under ``configs``."""
+    edges: set[Edge] = set()
+    for cfg, req, world, session in configs if configs is not None else GRAPH_CONFIGS():
+        explore(
+            cfg,
+            rounds=rounds,
+            deep_world=None,
+            request=req,
+            world=world,
+            session=session,
+            invariants=(_Recorder(edges),),
+        )
+    return edges
+
+
+def mermaid(edges: set[Edge]) -> str:
+    """Render edges as a Mermaid ``stateDiagram-v2``: one arrow per (phase, phase) pair, labelled
+    with the transitions taken on it (or, for arrows that take none, the event types)."""
+    pairs: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+    for a, ev, b, t in edges:
+        if a == b and not t:
+            continue  # staying in a phase without a transition: not drawn
+        evs, ts = pairs.setdefault((a, b), (set(), set()))
+        (ts if t else evs).add(t or ev)
+    order = {t.TAG: i for i, t in enumerate((*CONTINUE_TYPES, *TERMINAL_TYPES))}  # type: ignore[attr-defined]
+    lines = ["stateDiagram-v2"]
+    for (a, b), (evs, ts) in sorted(pairs.items()):
+        label = (
+            ", ".join(sorted(ts, key=lambda x: order.get(x, 99))) if ts else ", ".join(sorted(evs))
+        )
+        lines.append(f"    {a} --> {b}: {label}")
+    lines.append("    done --> [*]")
+    seen = {t for *_, t in edges if t}
+    lines.append("    note right of done")
+    lines.append("        Continue: " + ", ".join(t.TAG for t in CONTINUE_TYPES))  # type: ignore[attr-defined]
+    lines.append("        Terminal: " + ", ".join(t.TAG for t in TERMINAL_TYPES))  # type: ignore[attr-defined]
+    lines.append(f"        drawn: {len(seen)} of 17 transitions")
+    lines.append("    end note")
+    return "\n".join(lines) + "\n"
+
+
+_ = Hashable
