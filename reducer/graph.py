@@ -9,12 +9,12 @@ drifts from the code fails CI.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from reducer.config import LoopConfig, claude_code_2_1_88, default, full
-from reducer.explore import Invariant, Observation, Verdict, World, explore
 from reducer.conversation import Conversation
+from reducer.explore import Invariant, Observation, Verdict, World, explore
 from reducer.messages import (
     AssistantMessage,
     Message,
@@ -67,7 +67,7 @@ def _history(rounds: int) -> Session:
 GraphConfig = tuple[LoopConfig, Request, World, Session | None]
 
 
-def GRAPH_CONFIGS() -> list[GraphConfig]:  # noqa: N802 - a computed constant
+def GRAPH_CONFIGS() -> list[GraphConfig]:
     """The configs whose union of edges is drawn (together they reach all 17 transitions)."""
     work = Request(prompt="work")
     hooks = World(tool_outcomes=("ok", "error", "hook_stop"))
@@ -120,6 +120,3 @@ def mermaid(edges: set[Edge]) -> str:
     lines.append(f"        drawn: {len(seen)} of 17 transitions")
     lines.append("    end note")
     return "\n".join(lines) + "\n"
-
-
-_ = Hashable
