@@ -78,7 +78,9 @@ def to_data(value: Any) -> Any:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
 _TEXT: dict[type, Any] = {}
 _MEMO: dict[int, tuple[Any, str]] = {}
-_MEMO_MAX = 4096  # small: filled within the first rounds, so memory stays flat
+_MEMO_MAX = 4096  # entries; with _MEMO_TEXT_MAX it bounds the memo's memory
+_MEMO_TEXT_MAX = 4 << 20  # characters of cached text
+_memo_text = [0]
 
 
 def _compile_text(cls: type) -> Any:
@@ -105,14 +107,22 @@ def _compile_text(cls: type) -> Any:
             "    if hit is not None and hit[0] is v:\n"
             "        return hit[1]\n"
             f"    out = {body}\n"
-            "    if len(M) >= MAX:\n"
+            "    if len(M) >= MAX or SIZE[0] > TEXT_MAX:\n"
             "        M.clear()\n"
+            "        SIZE[0] = 0\n"
             "    M[id(v)] = (v, out)  # keeps v alive, so its id is not reused while cached\n"
+            "    SIZE[0] += len(out)\n"
             "    return out\n"
         )
     else:
         src = f"def enc(v):\n    return {body}\n"
-    ns: dict[str, Any] = {"T": _text, "M": _MEMO, "MAX": _MEMO_MAX}
+    ns: dict[str, Any] = {
+        "T": _text,
+        "M": _MEMO,
+        "MAX": _MEMO_MAX,
+        "SIZE": _memo_text,
+        "TEXT_MAX": _MEMO_TEXT_MAX,
+    }
     exec(compile(src, f"<canonical {cls.__qualname__}>", "exec"), ns)
     return ns["enc"]
 
