@@ -69,10 +69,21 @@ class Script:
         self.feed(ModelBlockReceived(call_id=self.call, block=TextBlock(text=t)))
 
     def use(self, tid: str, name: str, traits: ToolTraits = SAFE, **inp: Any) -> None:
-        self.feed(ModelBlockReceived(call_id=self.call, block=ToolUseBlock(id=tid, name=name, input=inp), tool=traits))
+        self.feed(
+            ModelBlockReceived(
+                call_id=self.call, block=ToolUseBlock(id=tid, name=name, input=inp), tool=traits
+            )
+        )
 
     def end(self, reason: str = "end_turn", inp: int = 1_000, out: int = 20) -> None:
-        self.feed(ModelResponseEnded(call_id=self.call, model=self.state.model, stop_reason=reason, usage=Usage(input_tokens=inp, output_tokens=out)))
+        self.feed(
+            ModelResponseEnded(
+                call_id=self.call,
+                model=self.state.model,
+                stop_reason=reason,
+                usage=Usage(input_tokens=inp, output_tokens=out),
+            )
+        )
 
     def allow(self, tid: str) -> None:
         self.feed(PermissionAnswered(generation=self.gen, tool_use_id=tid, decision="allow"))
@@ -102,8 +113,15 @@ def compaction(s: Script) -> CompactionFinished:
     return CompactionFinished(
         compact_id=cid,
         messages=(
-            SystemMessage(id=f"c{cid}-boundary", subtype="compact_boundary", text="Conversation compacted"),
-            UserMessage(id=f"c{cid}-summary", content=(TextBlock(text="Summary: the user asked to read a.py."),), is_meta=True, origin="compact_summary"),
+            SystemMessage(
+                id=f"c{cid}-boundary", subtype="compact_boundary", text="Conversation compacted"
+            ),
+            UserMessage(
+                id=f"c{cid}-summary",
+                content=(TextBlock(text="Summary: the user asked to read a.py."),),
+                is_meta=True,
+                origin="compact_summary",
+            ),
         ),
     )
 
@@ -116,7 +134,14 @@ def walkthrough() -> Script:
     s.done("toolu_001", "42  const user = getUser(userId)")
     s.end("tool_use")
     s.text("I see the bug on line 42 — userId can be null.")
-    s.use("toolu_002", "Edit", UNSAFE, file_path="src/auth/validate.ts", old_string="const user = getUser(userId)", new_string="if (!userId) return { error: 'unauthorized' }\nconst user = getUser(userId)")
+    s.use(
+        "toolu_002",
+        "Edit",
+        UNSAFE,
+        file_path="src/auth/validate.ts",
+        old_string="const user = getUser(userId)",
+        new_string="if (!userId) return { error: 'unauthorized' }\nconst user = getUser(userId)",
+    )
     s.end("tool_use")
     s.allow("toolu_002")
     s.done("toolu_002", "Replaced 1 occurrence")
@@ -168,7 +193,9 @@ def aborted_tools() -> Script:
 
 def prompt_too_long() -> Script:
     s = Script(default().with_overrides({"gates.context_collapse": False}), "go")
-    s.fail("prompt_too_long", status=400, message="prompt is too long: 210000 tokens > 200000 maximum")
+    s.fail(
+        "prompt_too_long", status=400, message="prompt is too long: 210000 tokens > 200000 maximum"
+    )
     s.feed(CompactionFailed(compact_id=s.state.round.pending_id, reason="the summary call failed"))
     return s
 
@@ -213,7 +240,9 @@ def reactive_compact_retry() -> Script:
 
 
 def max_output_tokens_recovery() -> Script:
-    s = Script(default().with_overrides({"gates.max_tokens_escalation": False}), "write a long essay")
+    s = Script(
+        default().with_overrides({"gates.max_tokens_escalation": False}), "write a long essay"
+    )
     s.text("The first half of the essay")
     s.end("max_tokens")
     s.reply("and the rest of it.")
