@@ -3,7 +3,8 @@
 ``register(subparsers)`` adds the command; ``cmd_check(args, out)`` runs it. The explorer is
 pure and reports progress through a callback; this shell measures the time, draws the
 progress bar (stderr, only with ``--progress`` or when stderr is a terminal) and writes a JSON
-file of events for every broken invariant (``steploop-check-INV-n.json`` in ``--out``).
+trace for every broken invariant (``steploop-check-INV-n.jsonl`` in ``--out``, replayable with
+``steploop replay``; the move labels and loop sit beside it in ``.json``).
 
 Exit status: 0 when every invariant held and every applicable guard was exercised, 1 when an
 invariant is broken, a guard was never exercised or ``step()`` raised, 2 for bad input.
@@ -123,12 +124,17 @@ class _Bar:
 
 
 def _write_cex(cex: Counterexample, out_dir: Path) -> Path:
+    """Write the counterexample as a trace ``steploop replay`` accepts (and its labels, loop
+    and explanation as a JSON sidecar); return the trace's path."""
     from effects.cli import CliError
+    from effects.trace import record_sequence
 
-    path = out_dir / f"steploop-check-{cex.invariant}.json"
+    path = out_dir / f"steploop-check-{cex.invariant}.jsonl"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cex.to_json(), indent=1) + "\n", encoding="utf-8")
+        record_sequence(path, cex.config, cex.request, cex.trace_events(), cex.session)
+        sidecar = path.with_suffix(".json")
+        sidecar.write_text(json.dumps(cex.to_json(), indent=1) + "\n", encoding="utf-8")
     except OSError as e:
         raise CliError(f"cannot write {path}: {e.strerror or e}") from None
     return path

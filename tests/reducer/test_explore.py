@@ -507,8 +507,19 @@ def test_cli_check_reports_the_reference_flaws_and_writes_counterexamples(tmp_pa
     assert "unbounded (a progress-free cycle)" in text
     written = {p.name for p in tmp_path.iterdir()}
     assert {"steploop-check-INV-3.json", "steploop-check-INV-13.json"} <= written
+    assert {"steploop-check-INV-3.jsonl", "steploop-check-INV-13.jsonl"} <= written
     data = json.loads((tmp_path / "steploop-check-INV-13.json").read_text())
     assert data["loop_start"] is not None and data["events"]
+    # each counterexample is a trace that `steploop replay` accepts and replays exactly
+    from effects.trace import replay_exact
+
+    for inv in ("INV-3", "INV-13"):
+        report = replay_exact(tmp_path / f"steploop-check-{inv}.jsonl")
+        assert report.ok and report.steps == len(json.loads((tmp_path / f"steploop-check-{inv}.json").read_text())["events"]) + 1
+    from effects.cli import main
+
+    replay_out = io.StringIO()
+    assert main(["replay", str(tmp_path / "steploop-check-INV-3.jsonl")], out=replay_out) == 0, replay_out.getvalue()
 
 
 @pytest.mark.spec("ABS-3")
