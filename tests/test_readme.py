@@ -30,3 +30,17 @@ def test_async_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap
     code = next(b for b in _blocks() if "anyio.run(main)" in b)
     exec(compile(code, "README.md:async", "exec"), {"__name__": "readme"})
     assert "Completed()" in capsys.readouterr().out
+
+
+def test_hypothesis_kit_example_runs() -> None:
+    """The README's Hypothesis-kit example defines a runnable state machine test."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- example: hypothesis-kit -->\n```python\n(.*?)```", text, re.S)
+    assert m is not None
+    from hypothesis import settings
+
+    namespace: dict[str, object] = {}
+    exec(compile(m.group(1), "README.md:hypothesis-kit", "exec"), namespace)
+    case = namespace["TestOutputCapsHold"]
+    case.settings = settings(case.settings, max_examples=10)  # type: ignore[attr-defined]
+    case("runTest").runTest()  # type: ignore[operator]
