@@ -288,6 +288,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "    clear_sha = True  # [Q-11]",
     ),
     Mutant(
+        "CAP-removed",
+        "G11 INV-7 INV-13",
+        "the default machine has no stop-hook cap (the unbounded loop)",
+        "reducer/config.py",
+        "stop_hook_block_cap: int | None = attrs.field(default=8,",
+        "stop_hook_block_cap: int | None = attrs.field(default=None,",
+    ),
+    Mutant(
         "AUTOCOMPACT-threshold",
         "R-CTX-4",
         "auto-compact fires one token late",
