@@ -505,9 +505,10 @@ def _schedule(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     return evolve(s, round=evolve(r, slots=tuple(slots)))
 
 
-def _release(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
+def _release(s: LoopState, cfg: LoopConfig, fx: FX, *, everything: bool = False) -> LoopState:
     """[R-TOOL-5] emit finished results in tool_use order (or, under [Q-5], the reference's
-    order, where safe tools may overtake each other)."""
+    order, where safe tools may overtake each other). ``everything``: the round is over, so
+    emit every result there is, in tool_use order."""
     r = s.round
     slots = list(r.slots)
     results = list(r.results)
@@ -525,6 +526,8 @@ def _release(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
             slots[i] = evolve(sl, message=msg)
             results.append(msg)
             changed = True
+        elif everything:
+            continue
         elif not out_of_order or (
             sl.status in ("asking", "running") and not sl.traits.concurrency_safe
         ):
@@ -556,6 +559,21 @@ def _find_slot(s: LoopState, e: ToolFinished | PermissionAnswered) -> tuple[int,
     )
 
 
+def _slot_in(
+    s: LoopState, e: ToolFinished | PermissionAnswered, status: str
+) -> tuple[int, Slot] | None:
+    """The slot ``e`` is for, which must be in ``status``; None for a late, discarded one."""
+    found = _find_slot(s, e)
+    if found is not None and found[1].status != status:
+        raise IllegalEvent(
+            s.phase,
+            e,
+            allowed_events(s.phase),
+            f"tool {e.tool_use_id!r} is {found[1].status}, not {status}",
+        )
+    return found
+
+
 def _set_slot(s: LoopState, i: int, slot: Slot) -> LoopState:
     slots = list(s.round.slots)
     slots[i] = slot
@@ -563,17 +581,10 @@ def _set_slot(s: LoopState, i: int, slot: Slot) -> LoopState:
 
 
 def on_permission(s: LoopState, e: PermissionAnswered, cfg: LoopConfig, fx: FX) -> LoopState:
-    found = _find_slot(s, e)
+    found = _slot_in(s, e, "asking")
     if found is None:
         return s
     i, sl = found
-    if sl.status != "asking":
-        raise IllegalEvent(
-            s.phase,
-            e,
-            allowed_events(s.phase),
-            f"tool {e.tool_use_id!r} is {sl.status}, not asking",
-        )
     r = s.round
     if e.decision == "allow":
         fx.append(
@@ -614,17 +625,10 @@ def _budget_result(s: LoopState, sl: Slot, e: ToolFinished, cfg: LoopConfig, fx:
 
 
 def on_tool_finished(s: LoopState, e: ToolFinished, cfg: LoopConfig, fx: FX) -> LoopState:
-    found = _find_slot(s, e)
+    found = _slot_in(s, e, "running")
     if found is None:
         return s
     i, sl = found
-    if sl.status != "running":
-        raise IllegalEvent(
-            s.phase,
-            e,
-            allowed_events(s.phase),
-            f"tool {e.tool_use_id!r} is {sl.status}, not running",
-        )
     content = _budget_result(s, sl, e, cfg, fx)
     # [T-HOOK-1] / [Q-2]: the reference ignores hook stops of tools finishing mid-stream
     hook = e.hook_stopped and not (cfg.compat.ignore_midstream_hook_stop and not s.round.ended)
@@ -739,7 +743,9 @@ def _discard_attempt(s: LoopState, fx: FX, *, tombstone: bool) -> LoopState:
     )
 
 
-def _synthesize_results(s: LoopState, fx: FX, text: str, *, store: bool) -> LoopState:
+def _synthesize_results(
+    s: LoopState, cfg: LoopConfig, fx: FX, text: str, *, store: bool
+) -> LoopState:
     """One error tool_result for every tool_use of the attempt that has none yet [G13]."""
     r = s.round
     slots = list(r.slots)
@@ -753,27 +759,13 @@ def _synthesize_results(s: LoopState, fx: FX, text: str, *, store: bool) -> Loop
             )
     s = evolve(s, round=evolve(r, slots=tuple(slots)))
     if store:
-        return _release_all(s, fx)
+        return _release(s, cfg, fx, everything=True)
     # emitted only (the attempt is dropped from state): reference model-fallback behaviour
     for sl in slots:
         if sl.message is None and sl.result is not None:
             s, mid = _msg_id(s)
             fx.append(Emit(item=UserMessage(id=mid, content=(sl.result,), origin="tool_result")))
     return s
-
-
-def _release_all(s: LoopState, fx: FX) -> LoopState:
-    r = s.round
-    slots = list(r.slots)
-    results = list(r.results)
-    for i, sl in enumerate(slots):
-        if sl.message is None and sl.result is not None:
-            s, mid = _msg_id(s)
-            msg = UserMessage(id=mid, content=(sl.result,), origin="tool_result")
-            fx.append(Emit(item=msg))
-            slots[i] = evolve(sl, message=msg)
-            results.append(msg)
-    return evolve(s, round=evolve(s.round, slots=tuple(slots), results=tuple(results)))
 
 
 def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
@@ -789,7 +781,7 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
     if kind == "image_client":  # [T-IMAGE-1]
         s = _cancel_running(s, fx, "model_error")
         if not cfg.compat.image_error_skips_orphan_repair:  # [Q-8]
-            s = _synthesize_results(s, fx, e.message or "Image error", store=True)
+            s = _synthesize_results(s, cfg, fx, e.message or "Image error", store=True)
         s, err = _api_error(
             s, "image_client", e.message or "Image could not be processed", e.status
         )
@@ -828,7 +820,7 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
     text = e.message or "Unknown model error"
     if not cfg.compat.model_error_leaves_tools_running:  # [Q-9]
         s = _cancel_running(s, fx, "model_error")
-    s = _synthesize_results(s, fx, text, store=True)
+    s = _synthesize_results(s, cfg, fx, text, store=True)
     s, err = _api_error(s, "unknown", f"API Error: {text}", e.status)
     fx.append(Emit(item=err))
     s = _commit(s, [err])
@@ -892,7 +884,7 @@ def _stream_fallback(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
 def _model_fallback(s: LoopState, cfg: LoopConfig, fx: FX, fallback: str) -> LoopState:
     """[R-RETRY-2] consecutive 529s with a fallback model: orphans answered, switch, retry."""
     s = _cancel_running(s, fx, "discarded")
-    s = _synthesize_results(s, fx, FALLBACK_RESULT, store=False)
+    s = _synthesize_results(s, cfg, fx, FALLBACK_RESULT, store=False)
     s = _discard_attempt(s, fx, tombstone=False)
     s, notice = _system(
         s, "model_fallback", f"Switched to {fallback} due to high demand for {s.model}", "warning"
@@ -1356,7 +1348,7 @@ def _end_aborted(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, terminal: Ter
 def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
     """Commit what the round produced, the interruption message on a hard interrupt
     (never on submit), and for aborted tools the max-turns attachment when due."""
-    s = _release_all(s, fx)
+    s = _release(s, cfg, fx, everything=True)
     extra: list[Message] = []
     if s.round.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(s.round.withheld)
