@@ -255,7 +255,8 @@ def start(
     s = LoopState(
         phase="streaming",
         conversation=session.conversation,
-        model=session.model or config.model,
+        model=session.model or config.model,  # a fallback model is sticky [R-RETRY-2]
+        on_fallback=session.model is not None,
         token_budget=request.token_budget,
         task_budget_total=request.task_budget,
         last_assistant_at_ms=session.last_assistant_at_ms,
@@ -895,6 +896,7 @@ def _model_fallback(s: LoopState, cfg: LoopConfig, fx: FX, fallback: str) -> Loo
         conv = _strip_thinking(conv)
     s = evolve(
         s,
+        on_fallback=True,
         model=fallback,
         conversation=conv,
         round=evolve(s.round, retry_attempt=0, consecutive_529=0),

@@ -152,6 +152,7 @@ class LoopState:
     phase: Phase
     conversation: Conversation
     model: str
+    on_fallback: bool = False  # the model is the fallback (sticky for the session)
     turn_count: int = 1
     transition: Transition | None = None
     mot_recovery_count: int = 0
@@ -182,7 +183,7 @@ class LoopState:
         """The session to start the next user turn from (meaningful once the turn ended)."""
         return Session(
             conversation=self.conversation,
-            model=self.model,
+            model=self.model if self.on_fallback else None,
             autocompact_failures=self.tracking.consecutive_failures,
             last_assistant_at_ms=self.last_assistant_at_ms,
             ids=self.ids,

@@ -80,3 +80,17 @@ def test_budget_stops_on_diminishing_returns() -> None:
     _budget_round(d, 100)  # two small deltas in a row after 3+ continuations
     assert d.transition == Completed()
     assert d.state.turn_output_tokens == 30_200
+
+
+@pytest.mark.spec("R-SESSION-1", "R-RETRY-2")
+def test_next_turn_uses_its_own_config_model_unless_on_fallback() -> None:
+    """A session carries the fallback model, not a model the new config replaced."""
+    from reducer import Request, start
+
+    d = Driver(default(model="model-a"))
+    d.reply("hi")
+    d.feed(StopHooksFinished(hooks_id=d.state.round.pending_id))
+    session = d.state.session()
+    s, _ = start(Request(prompt="again"), default(model="model-b"), session)
+    assert s.model == "model-b"
+    assert session.model is None  # no fallback happened: nothing sticky
