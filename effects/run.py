@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, assert_never
 
 import anyio
 import attrs
@@ -415,7 +415,7 @@ class Run:
                     self.result = RunResult(terminal=terminal, state=state, usage=self._usage)
                     return True
                 case _:
-                    raise AssertionError(f"unhandled effect {effect!r}")  # pragma: no cover
+                    assert_never(effect)
         return False
 
     def _cancel(self, key: tuple[str, object]) -> None:
