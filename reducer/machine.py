@@ -731,9 +731,7 @@ def _discard_attempt(s: LoopState, fx: FX, *, tombstone: bool) -> LoopState:
     r = s.round
     if tombstone:
         fx.extend(Emit(item=Tombstone(message_id=b.id)) for b in r.blocks)
-    running = tuple(sl.tool_use_id for sl in r.slots if sl.status in ("asking", "running"))
-    if running:
-        fx.append(CancelTools(generation=r.generation, tool_use_ids=running, reason="discarded"))
+    _cancel_running(s, fx, "discarded")
     # the round's generation becomes the next attempt's: late results of this one are stale
     nxt = s.ids.generation + 1  # [R-TOOL-8]
     return evolve(
