@@ -1,8 +1,15 @@
 """A fast ``attrs.evolve`` for the hot path (specs/ R-COST-1).
 
 ``attrs.evolve`` introspects the class on every call; step() calls it millions of times in a
-replay. ``evolve`` here compiles, once per class, a function that calls the class's own
-``__init__`` with every field taken from the instance unless given, so validators still run.
+replay. ``evolve`` here picks, once per class, the cheapest way to build the changed copy:
+
+* the state records step() rebuilds on every event (``LoopState``, ``Round``, ``Slot``,
+  ``Ids`` ...) are frozen attrs classes *with* an instance ``__dict__`` (``slots=False``) and
+  no validators or converters: the copy is a new instance whose ``__dict__`` is the old one's,
+  updated with the changes, one C-level dict copy instead of one ``__setattr__`` per field.
+  The change names are checked against the fields, so a typo still raises ``TypeError``;
+* any other attrs class gets a compiled function that calls its own ``__init__`` with every
+  field taken from the instance unless given, so its validators still run.
 """
 
 from __future__ import annotations
@@ -16,11 +23,27 @@ __all__ = ["evolve"]
 T = TypeVar("T")
 _MISSING = object()
 _REPLACERS: dict[type, Any] = {}
+_PLAIN: dict[type, frozenset[str]] = {}  # dict-backed classes: their field names
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _plain(cls: type) -> bool:
+    """True if a copy of the instance dict is a valid instance of ``cls``."""
+    if "__slots__" in cls.__dict__ or getattr(cls, "__attrs_pre_init__", None) is not None:
+        return False
+    if getattr(cls, "__attrs_post_init__", None) is not None:
+        return False
+    return all(
+        f.init and f.validator is None and f.converter is None and not f.name.startswith("_")
+        for f in attrs.fields(cls)
+    )
 
 
 def _compile(cls: type) -> Any:
-    names = [f.name for f in attrs.fields(cls)]
-    if any(not f.init or f.name.startswith("_") for f in attrs.fields(cls)):
+    fields = attrs.fields(cls)
+    names = [f.name for f in fields]
+    if any(not f.init or f.name.startswith("_") for f in fields):
         return lambda inst, **kw: attrs.evolve(inst, **kw)
     params = ", ".join(f"{n}=_M" for n in names)
     args = ", ".join(f"{n}=(self.{n} if {n} is _M else {n})" for n in names)
@@ -32,8 +55,26 @@ def _compile(cls: type) -> Any:
 
 def evolve(inst: T, **changes: Any) -> T:
     """Like ``attrs.evolve(inst, **changes)``, several times faster."""
-    fn = _REPLACERS.get(type(inst))
+    cls: Any = type(inst)
+    allowed = _PLAIN.get(cls)
+    if allowed is not None:  # the hot path, inlined: no second call, no kwargs re-packing
+        if not changes.keys() <= allowed:
+            _unknown(cls, changes, allowed)
+        d = inst.__dict__.copy()
+        d.update(changes)
+        new: T = _new(cls)
+        _set(new, "__dict__", d)
+        return new
+    fn = _REPLACERS.get(cls)
     if fn is None:
-        fn = _REPLACERS[type(inst)] = _compile(type(inst))
+        if _plain(cls):
+            _PLAIN[cls] = frozenset(f.name for f in attrs.fields(cls))
+            return evolve(inst, **changes)
+        fn = _REPLACERS[cls] = _compile(cls)
     result: T = fn(inst, **changes)
     return result
+
+
+def _unknown(cls: type, changes: dict[str, Any], allowed: frozenset[str]) -> None:
+    bad = sorted(changes.keys() - allowed)
+    raise TypeError(f"{cls.__qualname__} has no field(s) {', '.join(bad)}")

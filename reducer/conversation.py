@@ -88,14 +88,35 @@ def _has_real_usage(m: Message) -> bool:
     )
 
 
-@attrs.frozen(eq=False, repr=False)
+_set = object.__setattr__
+_new = object.__new__
+
+
 class Conversation:
-    """An immutable message sequence. Build with :meth:`empty` / :meth:`of` / :meth:`append`."""
+    """An immutable message sequence. Build with :meth:`empty` / :meth:`of` / :meth:`append`.
+
+    Each node is one message on top of its predecessor. The chained digest is computed lazily
+    (on first use of :attr:`digest`, for every node back to the last one that has it), so a
+    live run that never asks for digests never pays for the canonical encoding; a replay that
+    asks at every step pays once per message, as before.
+    """
+
+    __slots__ = (
+        "_digest",
+        "anchor_usage",
+        "est_after_run_first",
+        "est_at_anchor",
+        "est_total",
+        "last",
+        "length",
+        "prev",
+        "run_response_id",
+    )
 
     prev: Conversation | None
     last: Message | None
     length: int
-    digest: bytes
+    _digest: bytes | None
     est_total: int
     anchor_usage: int | None
     est_at_anchor: int
@@ -103,6 +124,57 @@ class Conversation:
     # the running estimate right after its first record.
     run_response_id: str | None
     est_after_run_first: int
+
+    def __init__(
+        self,
+        *,
+        prev: Conversation | None,
+        last: Message | None,
+        length: int,
+        digest: bytes | None,
+        est_total: int,
+        anchor_usage: int | None,
+        est_at_anchor: int,
+        run_response_id: str | None,
+        est_after_run_first: int,
+    ) -> None:
+        """A node; ``digest=None`` means "computed from ``prev`` and ``last`` when asked"."""
+        if digest is None and (last is None or prev is None):
+            raise ValueError("a conversation node without a digest needs prev and last")
+        _set(self, "prev", prev)
+        _set(self, "last", last)
+        _set(self, "length", length)
+        _set(self, "_digest", digest)
+        _set(self, "est_total", est_total)
+        _set(self, "anchor_usage", anchor_usage)
+        _set(self, "est_at_anchor", est_at_anchor)
+        _set(self, "run_response_id", run_response_id)
+        _set(self, "est_after_run_first", est_after_run_first)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise attrs.exceptions.FrozenInstanceError()
+
+    def __delattr__(self, name: str) -> None:
+        raise attrs.exceptions.FrozenInstanceError()
+
+    @property
+    def digest(self) -> bytes:
+        """The chained digest H(prev.digest || canonical(last)) (R-COST-2)."""
+        d = self._digest
+        return d if d is not None else self._fill_digests()
+
+    def _fill_digests(self) -> bytes:
+        pending: list[Conversation] = []
+        node: Conversation = self
+        while node._digest is None:
+            pending.append(node)
+            assert node.prev is not None
+            node = node.prev
+        d = node._digest
+        for n in reversed(pending):
+            d = chain_digest(d, n.last)
+            _set(n, "_digest", d)
+        return d
 
     @staticmethod
     def empty() -> Conversation:
@@ -129,17 +201,17 @@ class Conversation:
             assert isinstance(m, AssistantMessage) and m.usage is not None
             anchor_usage = m.usage.total
             est_at_anchor = after_first
-        return Conversation(
-            prev=self,
-            last=m,
-            length=self.length + 1,
-            digest=chain_digest(self.digest, m),
-            est_total=est,
-            anchor_usage=anchor_usage,
-            est_at_anchor=est_at_anchor,
-            run_response_id=run_id,
-            est_after_run_first=after_first,
-        )
+        c = _new(Conversation)
+        _set(c, "prev", self)
+        _set(c, "last", m)
+        _set(c, "length", self.length + 1)
+        _set(c, "_digest", None)
+        _set(c, "est_total", est)
+        _set(c, "anchor_usage", anchor_usage)
+        _set(c, "est_at_anchor", est_at_anchor)
+        _set(c, "run_response_id", run_id)
+        _set(c, "est_after_run_first", after_first)
+        return c
 
     def extend(self, ms: Any) -> Conversation:
         c = self

@@ -51,7 +51,7 @@ PHASES: tuple[Phase, ...] = (
 SlotStatus: TypeAlias = Literal["queued", "asking", "running", "done"]
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Ids:
     """Per-kind id counters (R-ID-1): inserting an effect of one kind never renumbers another."""
 
@@ -64,7 +64,7 @@ class Ids:
     summary: int = 0
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Slot:
     """One tool_use of the current attempt, in arrival (= tool_use) order."""
 
@@ -79,7 +79,7 @@ class Slot:
     message: UserMessage | None = None  # set once the result is emitted
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Round:
     """One model call attempt and the tools it asked for.
 
@@ -110,21 +110,21 @@ class Round:
     summary_due: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class AutoCompactTracking:
     compacted: bool = False
     turn_counter: int = 0
     consecutive_failures: int = 0
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class BudgetTracker:
     continuation_count: int = 0
     last_delta_tokens: int = 0
     last_global_turn_tokens: int = 0
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Request:
     """A user turn's input. ``prompt`` is text or blocks; budgets are optional."""
 
@@ -134,7 +134,7 @@ class Request:
     at_ms: int = 0
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Session:
     """What carries from one user turn to the next (R-SESSION-1)."""
 
@@ -145,7 +145,7 @@ class Session:
     ids: Ids = attrs.field(factory=Ids)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class LoopState:
     """The whole machine state between two events."""
 

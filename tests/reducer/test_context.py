@@ -851,6 +851,57 @@ def test_equality_by_length_and_digest() -> None:
 
 
 @pytest.mark.spec("R-COST-1")
+def test_digests_are_lazy_and_equal_to_eager_ones() -> None:
+    """Digests are computed on first use, back to the last known one, and equal the digests
+    read after every append; a branch reuses the shared prefix's digests."""
+    msgs = [UserMessage(id=f"u{i}", content=(TextBlock(text=f"text {i}"),)) for i in range(300)]
+    eager = Conversation.empty()
+    eager_digests = []
+    for m in msgs:
+        eager = eager.append(m)
+        eager_digests.append(eager.digest)
+    lazy = Conversation.of(msgs)
+    assert lazy._digest is None and lazy.prev is not None and lazy.prev._digest is None
+    assert lazy.digest == eager_digests[-1]
+    node: Conversation | None = lazy
+    for d in reversed(eager_digests):  # every node on the way got its digest
+        assert node is not None and node._digest == d
+        node = node.prev
+    branch = lazy.prev.append(msgs[0]) if lazy.prev is not None else lazy
+    assert branch.digest != lazy.digest and branch._digest is not None
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        lazy.length = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="needs prev and last"):
+        Conversation(
+            prev=None,
+            last=None,
+            length=1,
+            digest=None,
+            est_total=0,
+            anchor_usage=None,
+            est_at_anchor=0,
+            run_response_id=None,
+            est_after_run_first=0,
+        )
+
+
+@pytest.mark.spec("R-COST-1")
+def test_step_never_computes_a_digest() -> None:
+    """A live run pays nothing for digests: step() never asks for one, so after many rounds
+    no message appended during the turn has its digest computed."""
+    d = Driver(default())
+    for i in range(20):
+        tool_round(d, f"t{i}", content="ok")
+    node: Conversation | None = d.state.conversation
+    fresh = 0
+    while node is not None and node.prev is not None:
+        assert node._digest is None
+        fresh += 1
+        node = node.prev
+    assert fresh >= 40  # tool_use and tool_result records of every round
+
+
+@pytest.mark.spec("R-COST-1")
 def test_call_model_carries_same_conversation_object() -> None:
     """CallModel carries the state's Conversation object itself, not a copy."""
     d = Driver(default())
