@@ -7,7 +7,7 @@ replay. ``evolve`` here picks, once per class, the cheapest way to build the cha
   ``Ids`` ...) are frozen attrs classes *with* an instance ``__dict__`` (``slots=False``) and
   no validators or converters: the copy is a new instance whose ``__dict__`` is the old one's,
   updated with the changes, one C-level dict copy instead of one ``__setattr__`` per field.
-  The change names are checked against the fields, so a typo still raises ``TypeError``;
+  A misspelt change name still raises ``TypeError`` (it would make the dict longer);
 * any other attrs class gets a compiled function that calls its own ``__init__`` with every
   field taken from the instance unless given, so its validators still run.
 """
@@ -23,7 +23,7 @@ __all__ = ["evolve"]
 T = TypeVar("T")
 _MISSING = object()
 _REPLACERS: dict[type, Any] = {}
-_PLAIN: dict[type, frozenset[str]] = {}  # dict-backed classes: their field names
+_PLAIN: dict[type, int] = {}  # dict-backed classes: their number of fields
 _new = object.__new__
 _set = object.__setattr__
 
@@ -56,25 +56,25 @@ def _compile(cls: type) -> Any:
 def evolve(inst: T, **changes: Any) -> T:
     """Like ``attrs.evolve(inst, **changes)``, several times faster."""
     cls: Any = type(inst)
-    allowed = _PLAIN.get(cls)
-    if allowed is not None:  # the hot path, inlined: no second call, no kwargs re-packing
-        if not changes.keys() <= allowed:
-            _unknown(cls, changes, allowed)
+    n = _PLAIN.get(cls)
+    if n is not None:  # the hot path, inlined: no second call, no kwargs re-packing
         d = inst.__dict__.copy()
         d.update(changes)
+        if len(d) != n:  # every field is a key already: a longer dict means a misspelt name
+            _unknown(cls, changes)
         new: T = _new(cls)
         _set(new, "__dict__", d)
         return new
     fn = _REPLACERS.get(cls)
     if fn is None:
         if _plain(cls):
-            _PLAIN[cls] = frozenset(f.name for f in attrs.fields(cls))
+            _PLAIN[cls] = len(attrs.fields(cls))
             return evolve(inst, **changes)
         fn = _REPLACERS[cls] = _compile(cls)
     result: T = fn(inst, **changes)
     return result
 
 
-def _unknown(cls: type, changes: dict[str, Any], allowed: frozenset[str]) -> None:
-    bad = sorted(changes.keys() - allowed)
+def _unknown(cls: type, changes: dict[str, Any]) -> None:
+    bad = sorted(changes.keys() - {f.name for f in attrs.fields(cls)})
     raise TypeError(f"{cls.__qualname__} has no field(s) {', '.join(bad)}")

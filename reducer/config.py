@@ -12,6 +12,7 @@ Invalid values raise :class:`reducer.ConfigError` when the config is built, neve
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import attrs
@@ -168,8 +169,10 @@ class LoopConfig:
             raise ConfigError("fallback_model must differ from model")
 
     # --- derived thresholds (R-CTX-1) ---------------------------------------------------------
+    # Computed once per config (step() reads them on every round); not fields, so they are
+    # neither serialized nor compared.
 
-    @property
+    @functools.cached_property
     def default_max_tokens(self) -> int:
         """max_tokens for a call with no override: env override, else capped default, else
         the model default (reference getMaxOutputTokensForModel)."""
@@ -179,27 +182,27 @@ class LoopConfig:
             return min(self.max_output_tokens, self.capped_max_output_tokens)
         return self.max_output_tokens
 
-    @property
+    @functools.cached_property
     def effective_window(self) -> int:
         return self.context_window - min(self.default_max_tokens, self.summary_output_reserve)
 
-    @property
+    @functools.cached_property
     def autocompact_threshold(self) -> int:
         return self.effective_window - self.autocompact_buffer
 
-    @property
+    @functools.cached_property
     def blocking_limit(self) -> int:
         return self.effective_window - self.blocking_buffer
 
-    @property
+    @functools.cached_property
     def snip_threshold(self) -> int:
         return self.effective_window - self.snip_buffer
 
-    @property
+    @functools.cached_property
     def collapse_threshold(self) -> int:
         return self.effective_window * self.collapse_commit_pct // 100
 
-    @property
+    @functools.cached_property
     def auto_compact_enabled(self) -> bool:
         """Auto-compact runs: gate on, not a recursion-prone source (G8), and not in the
         reference's collapse-owns-it configuration (the full profile, P-FULL-1)."""
@@ -207,11 +210,11 @@ class LoopConfig:
             return False
         return not (self.gates.context_collapse and self.collapse_disables_auto_compact)
 
-    @property
+    @functools.cached_property
     def media_recovery_enabled(self) -> bool:
         return self.gates.reactive_compact
 
-    @property
+    @functools.cached_property
     def is_subagent(self) -> bool:
         return self.agent_id is not None or self.query_source.startswith("agent:")
 

@@ -41,6 +41,10 @@ SYNTHETIC_MODEL = "<synthetic>"
 IMAGE_TOKENS = 2_000
 
 
+# A prebuilt encoder: json.dumps with non-default arguments builds a new encoder per call.
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _utf16_len(s: str) -> int:
     if s.isascii():
         return len(s)
@@ -58,9 +62,7 @@ def _estimate_block(b: Block) -> int:
     if isinstance(b, ToolResultBlock):
         return estimate_text(b.content)
     if isinstance(b, ToolUseBlock):
-        return estimate_text(
-            b.name + json.dumps(b.input, separators=(",", ":"), ensure_ascii=False)
-        )
+        return estimate_text(b.name + _compact_json(b.input))
     if isinstance(b, ThinkingBlock):
         return estimate_text(b.thinking)
     if isinstance(b, RedactedThinkingBlock):

@@ -435,7 +435,7 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
     n = s.ids.msg + 1
     rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=s.model, content=(block,))
     fx.append(Emit(item=rec))
-    r = evolve(r, blocks=(*r.blocks, rec))
+    blocks = (*r.blocks, rec)
     ids = evolve(s.ids, msg=n)
     if isinstance(block, ToolUseBlock):
         traits = e.tool or ToolTraits(known=False)
@@ -457,11 +457,10 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
                 synthetic=True,
                 result=_sibling_result(block.id, r.sibling_error),
             )
-        r = evolve(r, slots=(*r.slots, slot))
-        s = evolve(s, round=r, ids=ids)
+        s = evolve(s, round=evolve(r, blocks=blocks, slots=(*r.slots, slot)), ids=ids)
         s = _schedule(s, cfg, fx)
         return _release(s, cfg, fx)
-    return evolve(s, round=r, ids=ids)
+    return evolve(s, round=evolve(r, blocks=blocks), ids=ids)
 
 
 def _sibling_result(tool_use_id: str, desc: str) -> ToolResultBlock:
@@ -476,6 +475,11 @@ def _schedule(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     """[R-TOOL-1..3] start what may start: safe tools together (mid-stream when streaming
     execution is on), a non-safe tool alone, after the response ended and everything before it."""
     r = s.round
+    for sl in r.slots:
+        if sl.status == "queued":
+            break
+    else:
+        return s  # nothing waits to start (the common case: checked without allocating)
     executing = [sl for sl in r.slots if sl.status in ("asking", "running")]
     busy = bool(executing)
     all_safe = all(sl.traits.concurrency_safe for sl in executing)
