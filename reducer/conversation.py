@@ -56,17 +56,40 @@ def estimate_text(s: str) -> int:
     return (_utf16_len(s) + 2) // 4
 
 
+def _text_of(b: Any) -> str:
+    return b.text  # type: ignore[no-any-return]
+
+
+def _content_of(b: Any) -> str:
+    return b.content  # type: ignore[no-any-return]
+
+
+def _tool_use_text(b: Any) -> str:
+    return b.name + _compact_json(b.input)  # type: ignore[no-any-return]
+
+
+def _thinking_of(b: Any) -> str:
+    return b.thinking  # type: ignore[no-any-return]
+
+
+def _data_of(b: Any) -> str:
+    return b.data  # type: ignore[no-any-return]
+
+
+# The text each block kind is estimated on (one dict lookup per block on the append path).
+_BLOCK_TEXT: dict[type, Any] = {
+    TextBlock: _text_of,
+    ToolResultBlock: _content_of,
+    ToolUseBlock: _tool_use_text,
+    ThinkingBlock: _thinking_of,
+    RedactedThinkingBlock: _data_of,
+}
+
+
 def _estimate_block(b: Block) -> int:
-    if isinstance(b, TextBlock):
-        return estimate_text(b.text)
-    if isinstance(b, ToolResultBlock):
-        return estimate_text(b.content)
-    if isinstance(b, ToolUseBlock):
-        return estimate_text(b.name + _compact_json(b.input))
-    if isinstance(b, ThinkingBlock):
-        return estimate_text(b.thinking)
-    if isinstance(b, RedactedThinkingBlock):
-        return estimate_text(b.data)
+    text_of = _BLOCK_TEXT.get(type(b))
+    if text_of is not None:
+        return estimate_text(text_of(b))
     if isinstance(b, ImageBlock):
         return IMAGE_TOKENS
     raise TypeError(type(b).__name__)
@@ -74,10 +97,15 @@ def _estimate_block(b: Block) -> int:
 
 def estimate_message(m: Message) -> int:
     """Rough token estimate of one message; system notices are never sent, so count 0."""
-    if isinstance(m, (UserMessage, AssistantMessage)):
-        return sum(_estimate_block(b) for b in m.content)
-    if isinstance(m, AttachmentMessage):
-        return estimate_text(" ".join(f"{k}={v}" for k, v in m.data)) if m.data else 0
+    cls = type(m)
+    if cls is UserMessage or cls is AssistantMessage:
+        content = m.content  # type: ignore[union-attr]
+        if len(content) == 1:
+            return _estimate_block(content[0])
+        return sum(_estimate_block(b) for b in content)
+    if cls is AttachmentMessage:
+        data = m.data  # type: ignore[union-attr]
+        return estimate_text(" ".join(f"{k}={v}" for k, v in data)) if data else 0
     return 0
 
 
@@ -103,18 +131,8 @@ class Conversation:
     asks at every step pays once per message, as before.
     """
 
-    __slots__ = (
-        "_digest",
-        "anchor_usage",
-        "est_after_run_first",
-        "est_at_anchor",
-        "est_total",
-        "last",
-        "length",
-        "prev",
-        "run_response_id",
-    )
-
+    # Nodes keep their fields in the instance dict (no __slots__): a node is built with one
+    # dict display instead of one __setattr__ per field, and the class refuses assignment.
     prev: Conversation | None
     last: Message | None
     length: int
@@ -143,15 +161,21 @@ class Conversation:
         """A node; ``digest=None`` means "computed from ``prev`` and ``last`` when asked"."""
         if digest is None and (last is None or prev is None):
             raise ValueError("a conversation node without a digest needs prev and last")
-        _set(self, "prev", prev)
-        _set(self, "last", last)
-        _set(self, "length", length)
-        _set(self, "_digest", digest)
-        _set(self, "est_total", est_total)
-        _set(self, "anchor_usage", anchor_usage)
-        _set(self, "est_at_anchor", est_at_anchor)
-        _set(self, "run_response_id", run_response_id)
-        _set(self, "est_after_run_first", est_after_run_first)
+        _set(
+            self,
+            "__dict__",
+            {
+                "prev": prev,
+                "last": last,
+                "length": length,
+                "_digest": digest,
+                "est_total": est_total,
+                "anchor_usage": anchor_usage,
+                "est_at_anchor": est_at_anchor,
+                "run_response_id": run_response_id,
+                "est_after_run_first": est_after_run_first,
+            },
+        )
 
     def __setattr__(self, name: str, value: object) -> None:
         raise attrs.exceptions.FrozenInstanceError()
@@ -175,7 +199,7 @@ class Conversation:
         d = node._digest
         for n in reversed(pending):
             d = chain_digest(d, n.last)
-            _set(n, "_digest", d)
+            n.__dict__["_digest"] = d
         return d
 
     @staticmethod
@@ -204,15 +228,21 @@ class Conversation:
             anchor_usage = m.usage.total
             est_at_anchor = after_first
         c = _new(Conversation)
-        _set(c, "prev", self)
-        _set(c, "last", m)
-        _set(c, "length", self.length + 1)
-        _set(c, "_digest", None)
-        _set(c, "est_total", est)
-        _set(c, "anchor_usage", anchor_usage)
-        _set(c, "est_at_anchor", est_at_anchor)
-        _set(c, "run_response_id", run_id)
-        _set(c, "est_after_run_first", after_first)
+        _set(
+            c,
+            "__dict__",
+            {
+                "prev": self,
+                "last": m,
+                "length": self.length + 1,
+                "_digest": None,
+                "est_total": est,
+                "anchor_usage": anchor_usage,
+                "est_at_anchor": est_at_anchor,
+                "run_response_id": run_id,
+                "est_after_run_first": after_first,
+            },
+        )
         return c
 
     def extend(self, ms: Any) -> Conversation:
