@@ -51,9 +51,6 @@ def item_round_cost(quick: bool) -> dict[str, Any]:
     if _missed(result):
         progress(f"round cost: profiling rounds at {sizes[-1]} messages")
         result["profile"] = round_cost.profile(sizes[-1])
-    if result["interpreter"]["ratio_largest_over_smallest"]["median"] > round_cost.GOAL_RATIO:
-        progress(f"round cost: profiling the interpreter's clocks at {sizes[-1]} messages")
-        result["profile_interpreter"] = round_cost.profile(sizes[-1], 5, "interpreter")
     return result
 
 

@@ -111,19 +111,14 @@ def _round_cost(item: dict[str, Any]) -> list[str]:
         "",
         "µs per round (tool block, permission, tool result, response end → pipeline → next"
         f" CallModel), median (q1–q3) of {item['blocks']} interleaved blocks of"
-        f" {item['rounds_per_block']} rounds. *consistent*: every event on one clock (the goal)."
-        " *interpreter*: the order and stamps today's interpreter produces with a model client"
-        " that leaves `at_ms` at 0 (the shipped clients' default), which makes time-based"
-        " microcompact run on every round (a diagnostic, see the README).",
+        f" {item['rounds_per_block']} rounds.",
         "",
-        "| messages | consistent clock | interpreter's clocks |",
-        "|---|---|---|",
+        "| messages | µs per round |",
+        "|---|---|",
     ]
     for n in item["sizes"]:
-        cells = [_s(item[c]["us_per_round"][str(n)]) for c in ("consistent", "interpreter")]
-        out.append(f"| {n:,} | " + " | ".join(cells) + " |")
-    ratios = [_s(item[c]["ratio_largest_over_smallest"]) for c in ("consistent", "interpreter")]
-    out.append("| ratio largest/smallest | " + " | ".join(ratios) + " |")
+        out.append(f"| {n:,} | {_s(item['us_per_round'][str(n)])} |")
+    out.append(f"| ratio largest/smallest | {_s(item['ratio_largest_over_smallest'])} |")
     out.append("")
     return out
 
@@ -262,12 +257,6 @@ def markdown(report: dict[str, Any]) -> str:
             lines += _round_cost(item)
             if "profile" in item:
                 profiles += _profile("item 2, rounds at the largest history", item["profile"])
-            if "profile_interpreter" in item:
-                profiles += _profile(
-                    "item 2 diagnostic, rounds at the largest history with the interpreter's"
-                    " clocks",
-                    item["profile_interpreter"],
-                )
         elif key.startswith("3"):
             lines += _replay(item)
             if "profile" in item:

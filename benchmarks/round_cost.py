@@ -18,11 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
 from benchmarks.common import machine, profile_top, progress, ratio_summary, summarize
 from reducer import LoopState, Request, Session, default, start, step
-from reducer.context import microcompact
 from reducer.conversation import Conversation
 from reducer.events import (
     Event,
@@ -71,29 +68,15 @@ def history(n: int) -> Conversation:
     return Conversation.of(msgs[:n])
 
 
-WALL_MS = 1_790_000_000_000  # a wall-clock reading in ms (late 2026)
-
-
 @functools.cache
-def setup(n: int, clocks: str = "consistent") -> tuple[LoopState, tuple[Event, ...]]:
-    """The state before the round at ``n`` messages of history, and the round's events.
-
-    ``clocks="consistent"``: every event at ``at_ms`` 0 (one clock). ``clocks="interpreter"``:
-    the order and stamps the interpreter produces today with a zero-latency model client that
-    leaves ``at_ms`` at 0 (the default of the shipped clients): the response ends (at 0) before
-    the tool finishes (stamped with the wall clock), so the round ends on the tool's event,
-    an hour or more after the response's 0, and time-based microcompact runs on every round.
-    Its history is the steady state of such a run: results past the recent window cleared.
-    """
+def setup(n: int) -> tuple[LoopState, tuple[Event, ...]]:
+    """The state before the round at ``n`` messages of history, and the round's events
+    (every event on one clock, ``at_ms`` 0, as the interpreter stamps them)."""
     cfg = default()
-    conversation = history(n)
-    if clocks == "interpreter":
-        # The steady state of such a run: earlier rounds already cleared the old results.
-        conversation, _cleared = microcompact(conversation, cfg.microcompact_keep_recent)
-    session = Session(conversation=conversation, ids=Ids(msg=10 * n))
+    session = Session(conversation=history(n), ids=Ids(msg=10 * n))
     s, _ = start(Request(prompt="go"), cfg, session)
     cid, gen = s.round.call_id, s.round.generation
-    events: list[Event] = [
+    events: tuple[Event, ...] = (
         ModelBlockReceived(
             call_id=cid,
             block=ToolUseBlock(id="t1", name="Read", input={"file_path": "b.py"}),
@@ -107,19 +90,14 @@ def setup(n: int, clocks: str = "consistent") -> tuple[LoopState, tuple[Event, .
             stop_reason="tool_use",
             usage=Usage(input_tokens=1200, output_tokens=12),
         ),
-    ]
-    if clocks == "interpreter":
-        block, permission, finished, ended = events
-        assert isinstance(finished, ToolFinished) and isinstance(permission, PermissionAnswered)
-        permission = attrs.evolve(permission, at_ms=WALL_MS)
-        events = [block, permission, ended, attrs.evolve(finished, at_ms=WALL_MS)]
-    return s, tuple(events)
+    )
+    return s, events
 
 
-def time_round(n: int, reps: int, clocks: str = "consistent") -> list[float]:
+def time_round(n: int, reps: int) -> list[float]:
     """Seconds per round, ``reps`` times, all from the same state."""
     cfg = default()
-    s0, events = setup(n, clocks)
+    s0, events = setup(n)
     samples = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -134,57 +112,43 @@ def time_round(n: int, reps: int, clocks: str = "consistent") -> list[float]:
 GOAL_RATIO = 1.3  # a round at the largest history at most this many times the smallest
 
 
-CLOCKS = ("consistent", "interpreter")
-
-
 def measure(sizes: Sequence[int], reps: int, blocks: int = 5) -> dict[str, Any]:
     """Median cost of a round per size, interleaved in ``blocks`` blocks of ``reps`` rounds.
 
-    Both clock variants (see :func:`setup`) run in every block; the goal is judged on the
-    consistent clock, the interpreter variant is a diagnostic. The ratio largest/smallest is
-    taken per block (measured side by side) and summarized over the blocks.
+    The ratio largest/smallest is taken per block (measured side by side) and summarized
+    over the blocks.
     """
-    medians: dict[str, dict[int, list[float]]] = {c: {n: [] for n in sizes} for c in CLOCKS}
+    medians: dict[int, list[float]] = {n: [] for n in sizes}
     for b in range(blocks):
         order = list(sizes) if b % 2 == 0 else list(reversed(sizes))
         for n in order:
-            for clocks in CLOCKS:
-                # The diagnostic variant is ~1,000x slower at 10,000 messages: fewer rounds.
-                k = reps if clocks == "consistent" else max(3, reps // 20)
-                medians[clocks][n].append(statistics.median(time_round(n, k, clocks)))
+            medians[n].append(statistics.median(time_round(n, reps)))
         progress(
             f"round cost block {b + 1}/{blocks}: "
-            + ", ".join(f"{n} msgs {1e6 * medians['consistent'][n][-1]:.1f} µs" for n in sizes)
+            + ", ".join(f"{n} msgs {1e6 * medians[n][-1]:.1f} µs" for n in sizes)
         )
     lo, hi = sizes[0], sizes[-1]
-    out: dict[str, Any] = {
+    ratio = ratio_summary(medians[hi], medians[lo])
+    return {
         "sizes": list(sizes),
         "rounds_per_block": reps,
-        "rounds_per_block_interpreter": max(3, reps // 20),
         "blocks": blocks,
+        "us_per_round": {str(n): summarize([1e6 * x for x in medians[n]], 2) for n in sizes},
+        "ratio_largest_over_smallest": ratio,
+        "goals": {
+            "flat_in_history": {
+                "goal": f"round at {hi:,} messages / round at {lo} <= {GOAL_RATIO:g}",
+                "measured": ratio,
+                "met": ratio["median"] <= GOAL_RATIO,
+            }
+        },
     }
-    for clocks in CLOCKS:
-        out[clocks] = {
-            "us_per_round": {
-                str(n): summarize([1e6 * x for x in medians[clocks][n]], 2) for n in sizes
-            },
-            "ratio_largest_over_smallest": ratio_summary(medians[clocks][hi], medians[clocks][lo]),
-        }
-    ratio = out["consistent"]["ratio_largest_over_smallest"]
-    out["goals"] = {
-        "flat_in_history": {
-            "goal": f"round at {hi:,} messages / round at {lo} <= {GOAL_RATIO:g}",
-            "measured": ratio,
-            "met": ratio["median"] <= GOAL_RATIO,
-        }
-    }
-    return out
 
 
-def profile(n: int, rounds: int = 300, clocks: str = "consistent") -> dict[str, Any]:
+def profile(n: int, rounds: int = 300) -> dict[str, Any]:
     """cProfile of ``rounds`` rounds at ``n`` messages of history."""
     cfg = default()
-    s0, events = setup(n, clocks)
+    s0, events = setup(n)
 
     def body() -> None:
         for _ in range(rounds):
@@ -192,7 +156,7 @@ def profile(n: int, rounds: int = 300, clocks: str = "consistent") -> dict[str, 
             for e in events:
                 s, _fx = step(s, e, cfg)
 
-    return profile_top(body, focus=("reducer/machine.py:step", "reducer/context.py:microcompact"))
+    return profile_top(body, focus=("reducer/machine.py:step",))
 
 
 def main() -> None:
