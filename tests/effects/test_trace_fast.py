@@ -1,0 +1,136 @@
+"""Reading traces fast changes nothing a reader sees (effects/trace.py, reducer/serialize.py).
+
+The fast paths (orjson when installed, the serializer's compiled structurers, the per-tag
+decoders) return what the general code returns, or step aside so the general code words the
+error: the malformed corpus gets the same messages with and without them, and every record of
+the golden scenarios decodes to the same values.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import effects.trace as trace
+import reducer.serialize as serialize
+from effects.trace import StepRecord, TraceError, TraceReader, record_sequence, replay_exact
+from reducer import Request, default
+from reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
+from reducer.messages import ToolUseBlock, Usage
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "data" / "malformed_traces"
+EXPECTED: dict[str, str] = json.loads((CORPUS / "expected.json").read_text(encoding="utf-8"))
+SCENARIOS = ROOT / "specs" / "scenarios"
+
+
+class _NoFastPath(dict[Any, Any]):
+    """A structurer table that has nothing: structure() goes straight to the converter."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return None
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: Any) -> Any:
+        return None
+
+
+def _general_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace, "_orjson", None)
+    monkeypatch.setattr(trace, "_FAST_EVENTS", {})
+    monkeypatch.setattr(trace, "_FAST_EFFECTS", {})
+    monkeypatch.setattr(serialize, "_FAST", _NoFastPath())
+
+
+@pytest.mark.parametrize("paths", ["fast", "general"])
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_malformed_corpus_messages_do_not_depend_on_the_fast_paths(
+    name: str, paths: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if paths == "general":
+        _general_only(monkeypatch)
+    monkeypatch.chdir(CORPUS)
+    with pytest.raises(TraceError) as info:
+        replay_exact(name)
+    assert str(info.value) == EXPECTED[name]
+
+
+def _decoded(path: Path) -> list[Any]:
+    return [
+        (r.i, r.event, r.effects, r.transition, r.digest) if isinstance(r, StepRecord) else r
+        for r in TraceReader(path)
+    ]
+
+
+def test_scenarios_decode_to_the_same_records_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paths = sorted(SCENARIOS.glob("*.jsonl"))
+    fast = [_decoded(p) for p in paths]
+    with monkeypatch.context() as m:
+        _general_only(m)
+        general = [_decoded(p) for p in paths]
+    assert len(fast) == len(paths) > 10
+    for p, a, b in zip(paths, fast, general, strict=True):
+        assert repr(a) == repr(b), p.name
+
+
+@pytest.mark.skipif(trace._orjson is None, reason="orjson is not installed")
+def test_fast_loads_is_json_loads_on_every_line_it_accepts() -> None:
+    """Mutated lines of the scenarios: wherever orjson gives a value, it is json's value."""
+    lines = [
+        line
+        for p in sorted(SCENARIOS.glob("*.jsonl"))
+        for line in p.read_bytes().splitlines(keepends=True)
+    ]
+    alphabet = b'0123456789.-+eE"\\{}[],: nultrfa\x00\xff\xc3\xa9'
+    rng = random.Random(7)
+    taken = 0
+    for _ in range(20_000):
+        line = bytearray(rng.choice(lines))
+        for _ in range(rng.randint(1, 3)):
+            line[rng.randrange(len(line))] = rng.choice(alphabet)
+        raw = bytes(line)
+        try:
+            got = trace._fast_loads(raw)
+        except Exception:
+            continue
+        taken += 1
+        want = json.loads(raw.decode("utf-8"))
+        assert repr(got) == repr(want), raw
+    assert taken > 5_000
+
+
+def test_an_integer_beyond_64_bits_is_read_exactly(tmp_path: Path) -> None:
+    """orjson would read it as a float; such a line is parsed with json, so replay is exact."""
+    huge = 123456789012345678901234567890
+    block = ToolUseBlock(id="t1", name="Read", input={"n": huge, "m": -(2**70), "x": 1.5})
+    events = [
+        ModelBlockReceived(call_id=1, block=block, tool=ToolTraits(concurrency_safe=True)),
+        ModelResponseEnded(
+            call_id=1, model="claude-sonnet-4-5", stop_reason="tool_use", usage=Usage()
+        ),
+    ]
+    path = tmp_path / "huge.jsonl"
+    record_sequence(path, default(), Request(prompt="count"), events, provenance={})
+    assert str(huge) in path.read_text(encoding="utf-8")
+    assert replay_exact(path).ok
+    steps = [r for r in TraceReader(path) if isinstance(r, StepRecord)]
+    got = steps[1].event
+    assert isinstance(got, ModelBlockReceived) and isinstance(got.block, ToolUseBlock)
+    assert got.block.input == {"n": huge, "m": -(2**70), "x": 1.5}
+    assert type(got.block.input["n"]) is int
+
+
+def test_json_only_spellings_still_parse(tmp_path: Path) -> None:
+    """NaN and lone surrogate escapes, which only Python's json takes, are read as before."""
+    line = b'{"a": NaN, "b": "\\ud800", "c": 1}\n'
+    reader = TraceReader(tmp_path / "x.jsonl")
+    obj = reader._parse_line(line, 1, tail=False)
+    assert obj is not None and obj["c"] == 1 and obj["b"] == "\ud800"
