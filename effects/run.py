@@ -4,10 +4,16 @@
 task applies ``step()``, executes the effects it returns and feeds the world's answers back as
 events; it makes no control decision of its own. Every effect that waits on the world (a model
 call, a tool, a wait, a compaction, stop hooks, a summary) runs in its own task inside one task
-group, each under its own cancel scope, and reports back through an event stream that only the
-driver reads. Items for the consumer go through a zero-buffer stream, so nothing advances until
-the consumer pulls (backpressure). Nothing yields to the consumer from inside the task group:
-the consumer's ``__anext__`` only receives from that stream (the anyio pitfall, PEP 789).
+group, cancellable through its task handle, and reports back through an event inbox that only
+the driver reads. What needs no waiting is done by the driver itself, in order, without a trip
+through the event loop: a permission the :class:`PermissionPolicy` settles is answered at once,
+and events already in the inbox are stepped one after the other.
+
+Items for the consumer go through a zero-buffer hand-over (:class:`_Handoff`), so nothing
+advances until the consumer pulls (backpressure): an item is handed straight to a consumer
+already waiting in ``__anext__``, otherwise the driver waits until one takes it. Nothing yields
+to the consumer from inside the task group: the consumer's ``__anext__`` only takes from that
+hand-over (the anyio pitfall, PEP 789).
 
 Leaving the ``async with`` block (normally, by ``break``, by an exception or by cancellation)
 cancels the task group: model streams, tools and hook subprocesses are cancelled and awaited
@@ -16,19 +22,22 @@ before ``__aexit__`` returns.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol, assert_never
+from typing import Any, Generic, Literal, Protocol, TypeVar, assert_never
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from effects.tools.base import ToolContext, ToolRegistry
+from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from reducer import LoopConfig, LoopState, Request, Session, start, step
 from reducer.effects import (
     AcknowledgeCommands,
@@ -207,6 +216,19 @@ class RunResult:
 
 
 Item = Emitted | PermissionRequest | TextDelta
+Key = tuple[str, object]  # a running handler: its kind and the effect's id
+Handler = Callable[[Any, anyio.CancelScope], Awaitable[None]]
+_IDLE_RUNNERS = 8  # runner tasks kept waiting for work; more finish when their handler does
+
+
+class _Runner:
+    """A task of the run's group that runs effect handlers one after the other."""
+
+    __slots__ = ("go", "job")
+
+    def __init__(self, job: tuple[Key, anyio.CancelScope, Handler, Any]) -> None:
+        self.job: tuple[Key, anyio.CancelScope, Handler, Any] | None = job
+        self.go: anyio.Event | None = None
 
 
 class Run:
@@ -258,12 +280,13 @@ class Run:
         self.result: RunResult | None = None
         self.state: LoopState | None = None  # the latest state, for display
         self._usage = Usage()
-        self._scopes: dict[tuple[str, object], anyio.CancelScope] = {}
+        self._scopes: dict[Key, anyio.CancelScope] = {}  # the running handlers, by effect
+        self._idle: list[_Runner] = []  # runner tasks waiting for their next handler
         self._tg: TaskGroup | None = None
-        self._events_send: MemoryObjectSendStream[Event]
-        self._events_recv: MemoryObjectReceiveStream[Event]
-        self._out_send: MemoryObjectSendStream[Item]
-        self._out_recv: MemoryObjectReceiveStream[Item]
+        self._inbox: deque[Event] = deque()  # events for the driver, in arrival order
+        self._wake: anyio.Event | None = None  # set when the driver waits for an event
+        self._closed = False
+        self._out: _Handoff[Item] = _Handoff()
         self._transcript: Any = None
         self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
         self._entered = False
@@ -285,8 +308,6 @@ class Run:
         if self._entered:
             raise RuntimeError("a Run can be entered once")
         self._entered = True
-        self._events_send, self._events_recv = anyio.create_memory_object_stream[Event](math.inf)
-        self._out_send, self._out_recv = anyio.create_memory_object_stream[Item](0)
         if self.transcript_path is not None:
             from effects.transcript import TranscriptWriter
 
@@ -312,7 +333,7 @@ class Run:
         async with deltas:
             async for d in deltas:
                 try:
-                    await self._out_send.send(d)
+                    await self._out.send(d)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return
 
@@ -324,11 +345,11 @@ class Run:
         try:
             return await self._tg.__aexit__(et, e, tb)
         finally:
-            self._out_recv.close()
+            self._out.close_receiving()
             if self._delta_send is not None:
                 self._delta_send.close()
-            self._events_recv.close()
-            self._events_send.close()
+            self._closed = True
+            self._inbox.clear()
             if self._transcript is not None:
                 self._transcript.close()
 
@@ -337,77 +358,85 @@ class Run:
 
     async def __anext__(self) -> Item:
         try:
-            return await self._out_recv.receive()
+            return await self._out.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
     # -- the driver --------------------------------------------------------------------------
 
     def _feed(self, event: Event) -> None:
-        try:
-            self._events_send.send_nowait(event)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the run has ended; late answers go nowhere
+        if self._closed:
+            return  # the run has ended; late answers go nowhere
+        self._inbox.append(event)
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
 
     async def _drive(self) -> None:
-        async with self._out_send:
+        try:
             if self._resume is not None:
                 state, fx = self._resume  # continue a recorded run (effects/trace.py)
             else:
                 state, fx = start(self.request, self.config, self._session)
                 if self._observer is not None:
                     self._observer(None, state, fx)
+            inbox = self._inbox
             while True:
-                finished = await self._execute(state, fx)
-                if finished:
+                if await self._execute(state, fx):
                     return
-                try:  # an event already waiting needs no trip through the event loop
-                    event = self._events_recv.receive_nowait()
-                except anyio.WouldBlock:
-                    event = await self._events_recv.receive()
+                while not inbox:  # an event already waiting needs no trip through the loop
+                    self._wake = wake = anyio.Event()
+                    await wake.wait()
+                event = inbox.popleft()
                 if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
                     self._usage = _add(self._usage, event.usage)
                 state, fx = step(state, event, self.config)
                 if self._observer is not None:
                     self._observer(event, state, fx)
+        finally:
+            self._out.close_sending()
 
     async def _execute(self, state: LoopState, fx: tuple[Effect, ...]) -> bool:
-        assert self._tg is not None
         self.state = state
-        tg = self._tg
         for effect in fx:
             match effect:
                 case Emit(item=item):
                     if self._transcript is not None:
                         self._transcript.record(item)
-                    await self._out_send.send(item)
+                    await self._out.send(item)
                 case CallModel():
-                    tg.start_soon(self._call_model, effect)
+                    self._start(("model", effect.call_id), self._call_model, effect)
                 case CancelModelCall(call_id=cid):
                     self._cancel(("model", cid))
                 case AskPermission():
-                    await self._ask(effect)
+                    decision = self._permissions.decide(effect.name, effect.input)
+                    if decision == "ask":
+                        await self._out.send(PermissionRequest(self, effect))
+                    else:  # settled by the policy: answered at once, no task, no consumer
+                        self._feed(_policy_answer(effect, decision, self._now()))
                 case StartTool():
-                    tg.start_soon(self._run_tool, effect)
+                    key = ("tool", (effect.generation, effect.tool_use_id))
+                    self._start(key, self._run_tool, effect, self._tool_timeout_s)
                 case CancelTools(generation=gen, tool_use_ids=ids):
                     for tid in ids:
                         self._cancel(("tool", (gen, tid)))
-                case Wait(wait_id=wid, ms=ms):
-                    tg.start_soon(self._wait, wid, ms)
+                case Wait(wait_id=wid):
+                    self._start(("wait", wid), self._wait, effect)
                 case CancelWait(wait_id=wid):
                     self._cancel(("wait", wid))
                 case Compact():
-                    tg.start_soon(self._compact, effect)
+                    self._start(("compact", effect.compact_id), self._compact, effect)
                 case CancelCompaction(compact_id=cid):
                     self._cancel(("compact", cid))
                 case RunStopHooks():
-                    tg.start_soon(self._run_hooks, effect)
+                    self._start(("hooks", effect.hooks_id), self._run_hooks, effect)
                 case CancelStopHooks(hooks_id=hid):
                     self._cancel(("hooks", hid))
                 case PersistToolResult(tool_use_id=tid, content=content):
                     self.persisted[tid] = content
                 case SummarizeToolUse():
-                    tg.start_soon(self._summarize, effect)
+                    self._start(("summary", effect.summary_id), self._summarize, effect)
                 case AcknowledgeCommands(command_ids=ids):
                     if self._on_acknowledge is not None:
                         self._on_acknowledge(ids)
@@ -418,26 +447,57 @@ class Run:
                     assert_never(effect)
         return False
 
-    def _cancel(self, key: tuple[str, object]) -> None:
+    def _start(
+        self, key: Key, handler: Handler, effect: Any, timeout_s: float = math.inf
+    ) -> None:
+        """Run ``handler(effect)`` concurrently, under a cancel scope ``_cancel(key)`` cancels.
+
+        An idle runner task takes it if there is one (a wake-up, cheaper than a new task);
+        otherwise a new runner is started. The scope exists from now on, so a cancel that
+        comes before the runner enters it still applies; ``timeout_s`` is its deadline."""
+        deadline = math.inf if timeout_s == math.inf else anyio.current_time() + timeout_s
+        scope = anyio.CancelScope(deadline=deadline)
+        self._scopes[key] = scope
+        job = (key, scope, handler, effect)
+        if self._idle:
+            runner = self._idle.pop()
+            runner.job = job
+            assert runner.go is not None
+            runner.go.set()
+        else:
+            assert self._tg is not None
+            self._tg.start_soon(self._serve, _Runner(job), name=f"steploop runner ({key[0]})")
+
+    async def _serve(self, runner: _Runner) -> None:
+        """A runner: run the handler it was given, then wait idle for the next one."""
+        while True:
+            job = runner.job
+            assert job is not None
+            runner.job = None
+            key, scope, handler, effect = job
+            with scope:
+                await handler(effect, scope)
+            if self._scopes.get(key) is scope:
+                del self._scopes[key]
+            if len(self._idle) >= _IDLE_RUNNERS:
+                return
+            runner.go = go = anyio.Event()
+            self._idle.append(runner)
+            await go.wait()
+
+    def _cancel(self, key: Key) -> None:
         scope = self._scopes.pop(key, None)
         if scope is not None:
             scope.cancel()
 
-    async def _scoped(self, key: tuple[str, object], body: Callable[[], Awaitable[None]]) -> None:
-        with anyio.CancelScope() as scope:
-            self._scopes[key] = scope
-            try:
-                await body()
-            finally:
-                if self._scopes.get(key) is scope:
-                    del self._scopes[key]
-
     # -- effect handlers: each only classifies what happened into an event -------------------
 
-    async def _call_model(self, effect: CallModel) -> None:
-        async def body() -> None:
-            result: ModelCallFailed | None = None
-            with anyio.move_on_after(_deadline(self._timeouts.model_s)) as deadline:
+    async def _call_model(self, effect: CallModel, scope: anyio.CancelScope) -> None:
+        if self._timeouts.model_s is None:
+            result = await self._stream_model(effect)
+        else:
+            result = None
+            with anyio.move_on_after(self._timeouts.model_s) as deadline:
                 result = await self._stream_model(effect)
             if deadline.cancelled_caught:
                 result = ModelCallFailed(
@@ -445,31 +505,30 @@ class Run:
                     kind="stream_broken",
                     message=f"the model call stalled past {self._timeouts.model_s} s",
                 )
-            if result is not None:
-                self._feed(attrs.evolve(result, at_ms=self._now()))
-
-        await self._scoped(("model", effect.call_id), body)
+        if result is not None:
+            self._feed(_stamped(result, self._now()))
 
     async def _stream_model(self, effect: CallModel) -> ModelCallFailed | None:
         """Feed the client's events; return a failure to report instead, if any."""
         stream = self._model.stream(effect)
+        call_id = effect.call_id
         try:
             async for event in stream:
                 if (
                     not isinstance(event, (ModelBlockReceived, ModelResponseEnded, ModelCallFailed))
-                    or event.call_id != effect.call_id
+                    or event.call_id != call_id
                 ):
                     return ModelCallFailed(
-                        call_id=effect.call_id,
+                        call_id=call_id,
                         kind="unknown",
                         message=f"the model client produced malformed data: {event!r:.200}",
                     )
-                self._feed(attrs.evolve(event, at_ms=self._now()))  # one clock for every event
-                if isinstance(event, (ModelResponseEnded, ModelCallFailed)):
+                self._feed(_stamped(event, self._now()))  # one clock for every event
+                if not isinstance(event, ModelBlockReceived):  # the response's last event
                     return None
         except Exception as exc:  # a broken client is a model error, not a crash of the run
             return ModelCallFailed(
-                call_id=effect.call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}"
+                call_id=call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}"
             )
         finally:
             aclose = getattr(stream, "aclose", None)
@@ -477,124 +536,251 @@ class Run:
                 with anyio.CancelScope(shield=True):
                     await aclose()
         return ModelCallFailed(
-            call_id=effect.call_id,
+            call_id=call_id,
             kind="stream_broken",
             message="the model stream ended without a result",
         )
 
-    async def _ask(self, effect: AskPermission) -> None:
-        decision = self._permissions.decide(effect.name, effect.input)
-        if decision == "ask":
-            await self._out_send.send(PermissionRequest(self, effect))
-            return
-        self._feed(
-            PermissionAnswered(
-                generation=effect.generation,
-                tool_use_id=effect.tool_use_id,
-                decision="allow" if decision == "allow" else "deny_by_rule",
-                reason="" if decision == "allow" else "The permission policy denies this tool.",
-                at_ms=self._now(),
-            )
-        )
-
-    async def _run_tool(self, effect: StartTool) -> None:
-        async def body() -> None:
-            ctx = ToolContext(workspace=self._workspace, tool_use_id=effect.tool_use_id)
-            out = await self._tools.run(effect.name, effect.input, ctx, self._tool_timeout_s)
-            self._feed(
-                ToolFinished(
-                    generation=effect.generation,
-                    tool_use_id=effect.tool_use_id,
-                    content=out.content,
-                    is_error=out.is_error,
-                    hook_stopped=out.hook_stopped,
-                    at_ms=self._now(),
-                )
-            )
-
-        await self._scoped(("tool", (effect.generation, effect.tool_use_id)), body)
-
-    async def _wait(self, wait_id: int, ms: int) -> None:
-        async def body() -> None:
-            await anyio.sleep(ms / 1000)
-            self._feed(WaitElapsed(wait_id=wait_id, at_ms=self._now()))
-
-        await self._scoped(("wait", wait_id), body)
-
-    async def _compact(self, effect: Compact) -> None:
-        async def body() -> None:
-            result: Any = CompactionFailed(
-                compact_id=effect.compact_id, reason="no compactor configured"
-            )
-            if self._compactor is not None:
-                with anyio.move_on_after(_deadline(self._timeouts.compaction_s)) as deadline:
-                    try:
-                        result = await self._compactor.compact(effect)
-                    except Exception as exc:  # counted by the breaker, never a crash
-                        result = CompactionFailed(
-                            compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}"
-                        )
-                if deadline.cancelled_caught:
-                    result = CompactionFailed(
-                        compact_id=effect.compact_id,
-                        reason=f"timed out after {self._timeouts.compaction_s} s",
+    async def _run_tool(self, effect: StartTool, scope: anyio.CancelScope) -> None:
+        """The call's deadline is the runner's scope: past it, a timeout result; cancelled by
+        the machine (``_cancel`` dropped the scope), nothing."""
+        ctx = ToolContext(workspace=self._workspace, tool_use_id=effect.tool_use_id)
+        out: ToolOutput | None = None
+        try:
+            out = await self._tools.call(effect.name, effect.input, ctx)
+        finally:
+            key = ("tool", (effect.generation, effect.tool_use_id))
+            if out is None and scope.cancel_called and self._scopes.get(key) is scope:
+                out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
+            if out is not None:
+                self._feed(
+                    ToolFinished(
+                        generation=effect.generation,
+                        tool_use_id=effect.tool_use_id,
+                        content=out.content,
+                        is_error=out.is_error,
+                        hook_stopped=out.hook_stopped,
+                        at_ms=self._now(),
                     )
-            if not _valid_compaction(result, effect.compact_id):
+                )
+
+    async def _wait(self, effect: Wait, scope: anyio.CancelScope) -> None:
+        await anyio.sleep(effect.ms / 1000)
+        self._feed(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now()))
+
+    async def _compact(self, effect: Compact, scope: anyio.CancelScope) -> None:
+        result: Any = CompactionFailed(
+            compact_id=effect.compact_id, reason="no compactor configured"
+        )
+        if self._compactor is not None:
+            with anyio.move_on_after(_deadline(self._timeouts.compaction_s)) as deadline:
+                try:
+                    result = await self._compactor.compact(effect)
+                except Exception as exc:  # counted by the breaker, never a crash
+                    result = CompactionFailed(
+                        compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}"
+                    )
+            if deadline.cancelled_caught:
                 result = CompactionFailed(
                     compact_id=effect.compact_id,
-                    reason=f"the compactor returned malformed data: {result!r:.200}",
+                    reason=f"timed out after {self._timeouts.compaction_s} s",
                 )
-            self._feed(attrs.evolve(result, at_ms=self._now()))
+        if not _valid_compaction(result, effect.compact_id):
+            result = CompactionFailed(
+                compact_id=effect.compact_id,
+                reason=f"the compactor returned malformed data: {result!r:.200}",
+            )
+        self._feed(_stamped(result, self._now()))
 
-        await self._scoped(("compact", effect.compact_id), body)
-
-    async def _run_hooks(self, effect: RunStopHooks) -> None:
-        async def body() -> None:
-            result: Any = StopHooksFinished(hooks_id=effect.hooks_id)
-            if self._stop_hooks is not None:
-                with anyio.move_on_after(_deadline(self._timeouts.stop_hooks_s)) as deadline:
-                    try:
-                        result = await self._stop_hooks.run(
-                            effect,
-                            session_id=self.session_id,
-                            transcript_path=str(self.transcript_path or ""),
-                            cwd=str(self._workspace),
-                            event_name="SubagentStop" if self.config.is_subagent else "Stop",
-                        )
-                    except Exception as exc:
-                        result = StopHooksFinished(
-                            hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}"
-                        )
-                if deadline.cancelled_caught:
-                    result = StopHooksFinished(
-                        hooks_id=effect.hooks_id,
-                        error=f"stop hooks timed out after {self._timeouts.stop_hooks_s} s",
+    async def _run_hooks(self, effect: RunStopHooks, scope: anyio.CancelScope) -> None:
+        result: Any = StopHooksFinished(hooks_id=effect.hooks_id)
+        if self._stop_hooks is not None:
+            with anyio.move_on_after(_deadline(self._timeouts.stop_hooks_s)) as deadline:
+                try:
+                    result = await self._stop_hooks.run(
+                        effect,
+                        session_id=self.session_id,
+                        transcript_path=str(self.transcript_path or ""),
+                        cwd=str(self._workspace),
+                        event_name="SubagentStop" if self.config.is_subagent else "Stop",
                     )
-            if not (isinstance(result, StopHooksFinished) and result.hooks_id == effect.hooks_id):
+                except Exception as exc:
+                    result = StopHooksFinished(
+                        hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}"
+                    )
+            if deadline.cancelled_caught:
                 result = StopHooksFinished(
                     hooks_id=effect.hooks_id,
-                    error=f"the stop hooks returned malformed data: {result!r:.200}",
+                    error=f"stop hooks timed out after {self._timeouts.stop_hooks_s} s",
                 )
-            self._feed(attrs.evolve(result, at_ms=self._now()))
-
-        await self._scoped(("hooks", effect.hooks_id), body)
-
-    async def _summarize(self, effect: SummarizeToolUse) -> None:
-        async def body() -> None:
-            text: Any = None
-            if self._summarizer is not None:
-                with anyio.move_on_after(_deadline(self._timeouts.summary_s)):
-                    try:
-                        text = await self._summarizer(effect)
-                    except Exception:
-                        text = None
-            if not isinstance(text, str):
-                text = None
-            self._feed(
-                ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now())
+        if not (isinstance(result, StopHooksFinished) and result.hooks_id == effect.hooks_id):
+            result = StopHooksFinished(
+                hooks_id=effect.hooks_id,
+                error=f"the stop hooks returned malformed data: {result!r:.200}",
             )
+        self._feed(_stamped(result, self._now()))
 
-        await self._scoped(("summary", effect.summary_id), body)
+    async def _summarize(self, effect: SummarizeToolUse, scope: anyio.CancelScope) -> None:
+        text: Any = None
+        if self._summarizer is not None:
+            with anyio.move_on_after(_deadline(self._timeouts.summary_s)):
+                try:
+                    text = await self._summarizer(effect)
+                except Exception:
+                    text = None
+        if not isinstance(text, str):
+            text = None
+        self._feed(
+            ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now())
+        )
+
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+
+class _Sender(Generic[T]):
+    __slots__ = ("item", "taken", "woken")
+
+    def __init__(self, item: T) -> None:
+        self.item = item
+        self.taken = False
+        self.woken = anyio.Event()
+
+
+class _Receiver(Generic[T]):
+    __slots__ = ("filled", "item", "woken")
+
+    def __init__(self) -> None:
+        self.filled = False
+        self.item: T | None = None
+        self.woken = anyio.Event()
+
+
+class _Handoff(Generic[T]):
+    """A zero-buffer channel: ``send`` returns once a receiver has taken the item.
+
+    The semantics of an anyio memory object stream of buffer size 0, with one loop iteration
+    fewer per item: an item handed to a receiver already waiting costs the sender no
+    checkpoint (it goes on stepping), and the receiver is woken with the item in hand. A
+    receive that finds a sender waiting checkpoints first, as anyio's does. A receiver
+    cancelled after it was handed an item does not lose it: the next receive returns it.
+    Closing the sending side ends the stream (``EndOfStream``) and withdraws items still
+    offered; closing the receiving side breaks it (``BrokenResourceError`` for senders).
+    """
+
+    __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders")
+
+    def __init__(self) -> None:
+        self._receivers: deque[_Receiver[T]] = deque()
+        self._senders: deque[_Sender[T]] = deque()
+        self._returned: deque[T] = deque()
+        self._ended = False
+        self._broken = False
+
+    async def send(self, item: T) -> None:
+        if self._ended:
+            raise anyio.ClosedResourceError
+        if self._broken:
+            raise anyio.BrokenResourceError
+        receivers = self._receivers
+        if receivers and not self._returned:
+            r = receivers.popleft()
+            r.item = item
+            r.filled = True
+            r.woken.set()
+            return
+        s = _Sender(item)
+        self._senders.append(s)
+        try:
+            await s.woken.wait()
+        finally:
+            if not s.taken:
+                with contextlib.suppress(ValueError):
+                    self._senders.remove(s)
+        if not s.taken:
+            raise anyio.BrokenResourceError if self._broken else anyio.ClosedResourceError
+
+    async def receive(self) -> T:
+        checkpointed = False
+        while True:
+            if self._returned or self._senders:
+                if not checkpointed:  # an item is ready: still a scheduling point
+                    await anyio.lowlevel.checkpoint()
+                    checkpointed = True
+                    continue
+                if self._returned:
+                    return self._returned.popleft()
+                s = self._senders.popleft()
+                s.taken = True
+                s.woken.set()
+                return s.item
+            if self._ended:
+                raise anyio.EndOfStream
+            if self._broken:
+                raise anyio.ClosedResourceError
+            r: _Receiver[T] = _Receiver()
+            self._receivers.append(r)
+            try:
+                await r.woken.wait()
+            except BaseException:
+                if r.filled:
+                    self._returned.append(r.item)  # type: ignore[arg-type]
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._receivers.remove(r)
+                raise
+            if r.filled:
+                return r.item  # type: ignore[return-value]
+            # woken by a close: loop to report it
+
+    def close_sending(self) -> None:
+        self._ended = True
+        self._wake_all()
+
+    def close_receiving(self) -> None:
+        self._broken = True
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        while self._receivers:
+            self._receivers.popleft().woken.set()
+        while self._senders:
+            self._senders.popleft().woken.set()
+
+
+def _policy_answer(
+    effect: AskPermission, decision: Literal["allow", "deny"], at_ms: int
+) -> PermissionAnswered:
+    allowed = decision == "allow"
+    return PermissionAnswered(
+        generation=effect.generation,
+        tool_use_id=effect.tool_use_id,
+        decision="allow" if allowed else "deny_by_rule",
+        reason="" if allowed else "The permission policy denies this tool.",
+        at_ms=at_ms,
+    )
+
+
+_STAMPERS: dict[type, Callable[[Any, int], Any]] = {}
+
+
+def _stamped(event: E, at_ms: int) -> E:
+    """``attrs.evolve(event, at_ms=at_ms)``, with one constructor compiled per event class."""
+    cls: Any = type(event)
+    fn = _STAMPERS.get(cls)
+    if fn is None:
+        fields = [f for f in attrs.fields(cls) if f.name != "at_ms"]
+        if any(not f.init for f in fields):
+            fn = lambda e, t: attrs.evolve(e, at_ms=t)  # noqa: E731
+        else:
+            args = "".join(f"{f.alias}=e.{f.name}, " for f in fields)
+            ns: dict[str, Any] = {"cls": cls}
+            exec(f"def stamp(e, t):\n    return cls({args}at_ms=t)\n", ns)
+            fn = ns["stamp"]
+        _STAMPERS[cls] = fn
+    result: E = fn(event, at_ms)
+    return result
 
 
 def _deadline(seconds: float | None) -> float:

@@ -32,6 +32,7 @@ __all__ = [
     "ToolContext",
     "ToolOutput",
     "ToolRegistry",
+    "timed_out",
     "tool_use_error",
 ]
 
@@ -64,6 +65,11 @@ class ToolOutput:
 def tool_use_error(message: str) -> ToolOutput:
     """An error result in the usual form: ``<tool_use_error>...</tool_use_error>``."""
     return ToolOutput(content=f"<tool_use_error>{message}</tool_use_error>", is_error=True)
+
+
+def timed_out(name: str, timeout_s: float) -> ToolOutput:
+    """The error result of a call that outlived its deadline."""
+    return ToolOutput(content=f"Tool {name} timed out after {timeout_s:g} s", is_error=True)
 
 
 @runtime_checkable
@@ -177,6 +183,8 @@ class ToolRegistry:
         validator = self._validators.get(name)
         if validator is None:
             return f"No such tool available: {name}"
+        if validator.is_valid(input):  # the common case: no error to rank
+            return None
         error = best_match(validator.iter_errors(input))
         if error is None:
             return None
@@ -213,6 +221,15 @@ class ToolRegistry:
         Unknown tool, invalid input, an exception from the tool and a call that outlives
         ``timeout_s`` seconds all give error outputs. Cancellation from outside propagates.
         """
+        with anyio.move_on_after(timeout_s):
+            return await self.call(name, input, ctx)
+        # Only reached when our own deadline cancelled the call.
+        return timed_out(name, timeout_s)
+
+    async def call(self, name: str, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        """:meth:`run` without a deadline, for a caller that bounds the call itself (the
+        interpreter puts the deadline on the cancel scope it has for every call, and reports
+        :func:`timed_out` when it passes)."""
         tool = self._tools.get(name)
         if tool is None:
             return tool_use_error(f"Error: No such tool available: {name}")
@@ -222,20 +239,15 @@ class ToolRegistry:
             problem = f"input: could not be validated ({type(exc).__name__}: {_one_line(str(exc))})"
         if problem is not None:
             return tool_use_error(f"InputValidationError: {problem}")
-
-        with anyio.move_on_after(timeout_s):
-            try:
-                output = await tool.call(input, ctx)
-            except Exception as exc:
-                return tool_use_error(f"Error calling tool {name}: {type(exc).__name__}: {exc}")
-            if not isinstance(output, ToolOutput):
-                return tool_use_error(
-                    f"Error calling tool {name}: it returned {type(output).__name__}, "
-                    "not a ToolOutput"
-                )
-            return output
-        # Only reached when our own deadline cancelled the call.
-        return ToolOutput(content=f"Tool {name} timed out after {timeout_s:g} s", is_error=True)
+        try:
+            output = await tool.call(input, ctx)
+        except Exception as exc:
+            return tool_use_error(f"Error calling tool {name}: {type(exc).__name__}: {exc}")
+        if not isinstance(output, ToolOutput):
+            return tool_use_error(
+                f"Error calling tool {name}: it returned {type(output).__name__}, not a ToolOutput"
+            )
+        return output
 
     def definitions(self) -> list[dict[str, Any]]:
         """The tools as the Anthropic API wants them, in registration order."""
