@@ -49,7 +49,7 @@ import anyio
 import httpx2
 from anthropic import types as sdk
 
-from reducer.conversation import SYNTHETIC_MODEL
+from reducer.conversation import SYNTHETIC_MODEL, Conversation
 from reducer.effects import CallModel
 from reducer.events import (
     Event,
@@ -169,6 +169,77 @@ def _block_param(b: Block, keep_thinking: bool) -> dict[str, Any] | None:
     raise TypeError(f"unsupported content block {type(b).__name__}")
 
 
+class _MessageFold:
+    """:func:`to_api_messages` as a left fold over the records that can be continued later.
+
+    ``out`` holds the closed API messages; the message being built is its role, the response
+    it belongs to (assistant) and, for a user message, its tool results and other blocks kept
+    apart until it is closed. The fold never changes a dict once it has put it in ``out``, so a
+    client may keep one fold per conversation and carry it on as the conversation grows.
+    """
+
+    __slots__ = ("keep_thinking", "others", "out", "response_id", "results", "role")
+
+    def __init__(self, keep_thinking: bool) -> None:
+        self.keep_thinking = keep_thinking
+        self.out: list[dict[str, Any]] = []
+        self.role: str | None = None
+        self.response_id: str | None = None
+        self.results: list[dict[str, Any]] = []
+        self.others: list[dict[str, Any]] = []
+
+    def close(self) -> None:
+        """Close the message being built (dropped when it has no blocks)."""
+        role = self.role
+        if role is not None:
+            content = self.results + self.others if role == "user" else self.others
+            if content:
+                self.out.append({"role": role, "content": content})
+            self.role = self.response_id = None
+            self.results = []
+            self.others = []
+
+    def add(self, m: Message) -> None:
+        """Take the next conversation record."""
+        keep = self.keep_thinking
+        if isinstance(m, AssistantMessage):
+            if m.api_error is not None or m.model == SYNTHETIC_MODEL:
+                return
+            if self.role != "assistant" or self.response_id != m.response_id:
+                self.close()
+                self.role, self.response_id = "assistant", m.response_id
+            others = self.others
+            for b in m.content:
+                p = _block_param(b, keep)
+                if p is not None:
+                    others.append(p)
+        elif isinstance(m, (UserMessage, AttachmentMessage)):
+            if self.role != "user":
+                self.close()
+                self.role = "user"
+            if isinstance(m, AttachmentMessage):
+                self.others.append({"type": "text", "text": _attachment_text(m)})
+                return
+            for b in m.content:
+                p = _block_param(b, keep)
+                if p is not None:
+                    (self.results if p["type"] == "tool_result" else self.others).append(p)
+        # SystemMessage: a notice for the user, never sent to the model.
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The API messages so far, as if closed now: a fresh list; the fold is unchanged.
+
+        Every message but a last one built from the open message is shared with the fold.
+        """
+        out = list(self.out)
+        role = self.role
+        if role is not None:
+            content = self.results + self.others if role == "user" else list(self.others)
+            if content:
+                out.append({"role": role, "content": content})
+        return out
+
+
 def to_api_messages(messages: Sequence[Message], *, keep_thinking: bool) -> list[dict[str, Any]]:
     """Convert conversation records to the API's alternating user/assistant messages.
 
@@ -186,60 +257,48 @@ def to_api_messages(messages: Sequence[Message], *, keep_thinking: bool) -> list
     Returns:
         The ``messages`` parameter, fresh dicts (the caller may add cache markers).
     """
-    out: list[dict[str, Any]] = []
-    # The message being built: its role, the response it belongs to (assistant), and for a
-    # user message its tool results and other blocks kept apart until it is closed.
-    role: str | None = None
-    response_id: str | None = None
-    results: list[dict[str, Any]] = []
-    others: list[dict[str, Any]] = []
-
-    def close() -> None:
-        nonlocal role, response_id
-        content = results + others if role == "user" else others
-        if role is not None and content:
-            out.append({"role": role, "content": list(content)})
-        role, response_id = None, None
-        results.clear()
-        others.clear()
-
+    fold = _MessageFold(keep_thinking)
     for m in messages:
-        if isinstance(m, AssistantMessage):
-            if m.api_error is not None or m.model == SYNTHETIC_MODEL:
-                continue
-            if role != "assistant" or response_id != m.response_id:
-                close()
-                role, response_id = "assistant", m.response_id
-            for b in m.content:
-                p = _block_param(b, keep_thinking)
-                if p is not None:
-                    others.append(p)
-        elif isinstance(m, (UserMessage, AttachmentMessage)):
-            if role != "user":
-                close()
-                role = "user"
-            if isinstance(m, AttachmentMessage):
-                others.append({"type": "text", "text": _attachment_text(m)})
-                continue
-            for b in m.content:
-                p = _block_param(b, keep_thinking)
-                if p is None:
-                    continue
-                (results if p["type"] == "tool_result" else others).append(p)
-        # SystemMessage: a notice for the user, never sent to the model.
-    close()
-    return out
+        fold.add(m)
+    fold.close()
+    return fold.out
 
 
-def _mark_latest(messages: list[dict[str, Any]]) -> None:
-    """Put the moving cache breakpoint on the last cacheable block of the latest message."""
-    if not messages:
-        return
-    for block in reversed(messages[-1]["content"]):
-        # The API refuses cache_control on thinking blocks.
-        if block["type"] not in ("thinking", "redacted_thinking"):
-            block["cache_control"] = dict(EPHEMERAL)
-            return
+def _appended(conversation: Conversation, base: Conversation) -> list[Message] | None:
+    """The records appended to ``base`` to make ``conversation``, oldest first; None when
+    ``conversation`` does not extend ``base`` (the nodes are compared by identity)."""
+    node = conversation
+    new: list[Message] = []
+    for _ in range(conversation.length - base.length):
+        last, prev = node.last, node.prev
+        if last is None or prev is None:
+            return None
+        new.append(last)
+        node = prev
+    if node is not base:
+        return None
+    new.reverse()
+    return new
+
+
+def _with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Put the moving cache breakpoint on the last cacheable block of the latest message.
+
+    The latest message and that block are replaced by marked copies, never changed in place:
+    the other dicts may be shared with earlier requests (see :class:`_MessageFold`).
+    """
+    if messages:
+        latest = messages[-1]
+        content = latest["content"]
+        for i in range(len(content) - 1, -1, -1):
+            block = content[i]
+            # The API refuses cache_control on thinking blocks.
+            if block["type"] not in ("thinking", "redacted_thinking"):
+                marked = list(content)
+                marked[i] = {**block, "cache_control": dict(EPHEMERAL)}
+                messages[-1] = {"role": latest["role"], "content": marked}
+                break
+    return messages
 
 
 def _prefix(
@@ -270,9 +329,8 @@ def _assemble(
     system_param: list[dict[str, Any]] | None,
     tools_param: list[dict[str, Any]] | None,
     thinking: Thinking,
+    messages: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    messages = to_api_messages(effect.conversation.messages(), keep_thinking=thinking is not None)
-    _mark_latest(messages)
     request: dict[str, Any] = {"model": effect.model, "max_tokens": effect.max_tokens}
     if system_param is not None:
         request["system"] = system_param
@@ -316,7 +374,8 @@ def build_request(
         task budget, ``extra_body`` (``output_config.task_budget``) and ``extra_headers``.
     """
     system_param, tools_param = _prefix(system, tools)
-    return _assemble(effect, system_param, tools_param, thinking)
+    messages = to_api_messages(effect.conversation.messages(), keep_thinking=thinking is not None)
+    return _assemble(effect, system_param, tools_param, thinking, _with_breakpoint(messages))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -640,6 +699,10 @@ class AnthropicModelClient:
         self._system_param, self._tools_param = _prefix(system, tools)
         self._stream_timeout = self._timeout(idle_timeout)
         self._complete_timeout = self._timeout(nonstreaming_timeout)
+        # The messages of the latest request, as a fold that the next request carries on
+        # when its conversation extends this one (the usual case: a round appends records).
+        self._fold = _MessageFold(thinking is not None)
+        self._fold_at = Conversation.empty()
 
     def _timeout(self, read: float | None) -> httpx2.Timeout | None:
         if read is None:
@@ -649,8 +712,38 @@ class AnthropicModelClient:
         return httpx2.Timeout(read, connect=connect)
 
     def build_request(self, effect: CallModel) -> dict[str, Any]:
-        """The ``messages.create`` keyword arguments for ``effect`` (see :func:`build_request`)."""
-        return _assemble(effect, self._system_param, self._tools_param, self._thinking)
+        """The ``messages.create`` keyword arguments for ``effect`` (see :func:`build_request`).
+
+        Fresh dicts; :meth:`stream` sends the same request, built incrementally.
+        """
+        messages = to_api_messages(
+            effect.conversation.messages(), keep_thinking=self._thinking is not None
+        )
+        return _assemble(
+            effect,
+            self._system_param,
+            self._tools_param,
+            self._thinking,
+            _with_breakpoint(messages),
+        )
+
+    def _request(self, effect: CallModel) -> dict[str, Any]:
+        """:meth:`build_request`, converting only the records appended since the last request.
+
+        The messages of earlier requests are shared with the fold (the SDK copies what it
+        sends), so the result is for sending, not for changing.
+        """
+        conversation = effect.conversation
+        new = _appended(conversation, self._fold_at)
+        if new is None:
+            self._fold = _MessageFold(self._thinking is not None)
+            new = list(conversation.messages())
+        fold = self._fold
+        for m in new:
+            fold.add(m)
+        self._fold_at = conversation
+        messages = _with_breakpoint(fold.messages())
+        return _assemble(effect, self._system_param, self._tools_param, self._thinking, messages)
 
     def _failed(self, call_id: int, exc: Exception, *, started: bool) -> ModelCallFailed:
         kind, message, status, retry_after_ms = classify_exception(exc, started=started)
@@ -681,7 +774,7 @@ class AnthropicModelClient:
             Cancellation of the calling task (never turned into an event), and whatever
             ``traits_for`` or ``on_text_delta`` raise.
         """
-        request = self.build_request(effect)
+        request = self._request(effect)
         if not effect.streaming:
             # Everything arrives at once: no nested generator to leave suspended.
             for complete_event in await self._complete(effect, request):
