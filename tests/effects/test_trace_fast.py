@@ -13,12 +13,23 @@ import random
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import effects.trace as trace
 import reducer.serialize as serialize
-from effects.trace import StepRecord, TraceError, TraceReader, record_sequence, replay_exact
-from reducer import Request, default
+from benchmarks.replay_throughput import build_synthetic
+from effects.trace import (
+    StepRecord,
+    TraceError,
+    TraceReader,
+    _StateDigester,
+    _Walk,
+    record_sequence,
+    replay_exact,
+)
+from reducer import Request, default, start
+from reducer.canonical import state_digest
 from reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
 from reducer.messages import ToolUseBlock, Usage
 
@@ -134,3 +145,44 @@ def test_json_only_spellings_still_parse(tmp_path: Path) -> None:
     reader = TraceReader(tmp_path / "x.jsonl")
     obj = reader._parse_line(line, 1, tail=False)
     assert obj is not None and obj["c"] == 1 and obj["b"] == "\ud800"
+
+
+def test_the_composed_state_digest_is_state_digest_at_every_step(tmp_path: Path) -> None:
+    """Every step of every golden scenario and of a synthetic run with compactions."""
+    synthetic = tmp_path / "synthetic.jsonl"
+    build_synthetic(synthetic, 600)
+    steps = 0
+    for path in [*sorted(SCENARIOS.glob("*.jsonl")), synthetic]:
+        walk = _Walk(TraceReader(path))
+        digest = _StateDigester()
+        for rec in walk:
+            if isinstance(rec, StepRecord):
+                assert walk.state is not None
+                assert digest(walk.state) == state_digest(walk.state) == rec.digest, (path, rec.i)
+                steps += 1
+    assert steps > 700
+
+
+def test_a_state_that_differs_in_one_nested_field_gets_another_digest() -> None:
+    """The composition reuses a field's text only while it holds the same object."""
+    state, _ = start(Request(prompt="hi"), default())
+    digest = _StateDigester()
+    first = digest(state)
+    assert first == state_digest(state)
+    changed = attrs.evolve(state, round=attrs.evolve(state.round, retry_attempt=1))
+    assert digest(changed) == state_digest(changed) != first
+    changed_back = attrs.evolve(changed, round=state.round)
+    assert digest(changed_back) == first
+    ids = attrs.evolve(state, ids=attrs.evolve(state.ids, wait=7))
+    assert digest(ids) == state_digest(ids) != first
+
+
+def test_a_wrong_composition_is_never_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the composed digest ever disagreed with state_digest, replay would use state_digest."""
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 50)
+    monkeypatch.setattr(trace._StateDigester, "__call__", lambda self, state: "0" * 32)
+    report = replay_exact(path)
+    assert report.ok and report.steps == 51
