@@ -1,19 +1,25 @@
 """The interpreter: run the pure machine against the world (DESIGN section 6).
 
-``run(...)`` returns a :class:`Run`, an async context manager and async iterator. One driver
-task applies ``step()``, executes the effects it returns and feeds the world's answers back as
-events; it makes no control decision of its own. Every effect that waits on the world (a model
-call, a tool, a wait, a compaction, stop hooks, a summary) runs in its own task inside one task
-group, cancellable through its task handle, and reports back through an event inbox that only
-the driver reads. What needs no waiting is done by the driver itself, in order, without a trip
-through the event loop: a permission the :class:`PermissionPolicy` settles is answered at once,
-and events already in the inbox are stepped one after the other.
+``run(...)`` returns a :class:`Run`, an async context manager and async iterator. It applies
+``step()``, executes the effects it returns and feeds the world's answers back as events; it
+makes no control decision of its own. Every effect that waits on the world (a model call, a
+tool, a wait, a compaction, stop hooks, a summary) runs in a runner task of one task group,
+under its own cancel scope, and reports back by feeding an event.
+
+Events are stepped one at a time, in the order they arrive, never two at once: whoever brings
+an event (a runner, or the consumer answering a permission or interrupting) steps it at once
+when nothing else is being stepped, and executes every effect that needs no waiting right
+there: starting or cancelling a handler, a permission the :class:`PermissionPolicy` settles
+(answered at once, without a task or the consumer), an item for a consumer already waiting.
+The first effect that has to wait, and what follows it, go to the driver task, which awaits
+them and then steps the events that arrived meanwhile. A tool turn thus takes two passes of
+the event loop (the model's, the tool's) and no task is started per effect: runner tasks wait
+idle for the next handler.
 
 Items for the consumer go through a zero-buffer hand-over (:class:`_Handoff`), so nothing
-advances until the consumer pulls (backpressure): an item is handed straight to a consumer
-already waiting in ``__anext__``, otherwise the driver waits until one takes it. Nothing yields
-to the consumer from inside the task group: the consumer's ``__anext__`` only takes from that
-hand-over (the anyio pitfall, PEP 789).
+advances until the consumer pulls (backpressure): nothing is stepped while an item waits for
+the consumer. Nothing yields to the consumer from inside the task group: the consumer's
+``__anext__`` only takes from that hand-over (the anyio pitfall, PEP 789).
 
 Leaving the ``async with`` block (normally, by ``break``, by an exception or by cancellation)
 cancels the task group: model streams, tools and hook subprocesses are cancelled and awaited
@@ -283,8 +289,12 @@ class Run:
         self._scopes: dict[Key, anyio.CancelScope] = {}  # the running handlers, by effect
         self._idle: list[_Runner] = []  # runner tasks waiting for their next handler
         self._tg: TaskGroup | None = None
-        self._inbox: deque[Event] = deque()  # events for the driver, in arrival order
-        self._wake: anyio.Event | None = None  # set when the driver waits for an event
+        self._inbox: deque[Event] = deque()  # events not stepped yet, in arrival order
+        self._busy = True  # an event is being stepped, or effects wait for the driver
+        self._pending: tuple[Effect, ...] = ()  # effects the driver must execute next
+        self._wake: anyio.Event | None = None  # set when the driver is idle
+        self._failure: Exception | None = None  # step() or the observer failed inline
+        self._state: LoopState | None = None
         self._closed = False
         self._out: _Handoff[Item] = _Handoff()
         self._transcript: Any = None
@@ -363,15 +373,60 @@ class Run:
             raise StopAsyncIteration from None
 
     # -- the driver --------------------------------------------------------------------------
+    #
+    # Events are stepped one at a time, in arrival order, never two at once. Whoever brings
+    # an event steps it at once when nothing else is being stepped (``_busy`` is False): a
+    # runner finishing a tool, a model stream's next block, the consumer answering a
+    # permission. Every effect that completes without waiting is executed there and then;
+    # the first one that has to wait (an item for a consumer that is not waiting for it) and
+    # everything after it are handed to the driver task, which awaits them and then steps
+    # the events that arrived meanwhile. So a tool turn costs no wake-up of the driver unless
+    # the consumer is slower than the loop, and backpressure holds: nothing is stepped while
+    # an item waits for the consumer.
 
     def _feed(self, event: Event) -> None:
         if self._closed:
             return  # the run has ended; late answers go nowhere
         self._inbox.append(event)
+        if not self._busy:
+            self._step_inline()
+
+    def _step_inline(self) -> None:
+        """Step the inbox in the feeder's task; hand the driver what has to wait."""
+        self._busy = True
+        try:
+            while self._inbox:
+                fx = self._step(self._inbox.popleft())
+                for i, effect in enumerate(fx):
+                    if not self._apply(effect):
+                        self._pending = fx[i:]
+                        self._wake_driver()
+                        return
+                    if self.result is not None:
+                        self._wake_driver()
+                        return
+        except Exception as exc:  # a failure of step() or the observer ends the run
+            self._failure = exc
+            self._wake_driver()
+            return
+        self._busy = False
+
+    def _wake_driver(self) -> None:
         wake = self._wake
         if wake is not None:
             self._wake = None
             wake.set()
+
+    def _step(self, event: Event) -> tuple[Effect, ...]:
+        state = self._state
+        assert state is not None
+        if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
+            self._usage = _add(self._usage, event.usage)
+        state, fx = step(state, event, self.config)
+        self._state = self.state = state
+        if self._observer is not None:
+            self._observer(event, state, fx)
+        return fx
 
     async def _drive(self) -> None:
         try:
@@ -381,71 +436,90 @@ class Run:
                 state, fx = start(self.request, self.config, self._session)
                 if self._observer is not None:
                     self._observer(None, state, fx)
-            inbox = self._inbox
+            self._state = self.state = state
+            self._pending = fx
             while True:
-                if await self._execute(state, fx):
+                while True:  # the pending effects, then every event that came meanwhile
+                    fx, self._pending = self._pending, ()
+                    for effect in fx:
+                        if not self._apply(effect):
+                            await self._apply_waiting(effect)
+                        if self.result is not None:
+                            return
+                    if not self._inbox:
+                        break
+                    self._pending = self._step(self._inbox.popleft())
+                self._wake = wake = anyio.Event()
+                self._busy = False  # from now on, whoever brings an event steps it
+                await wake.wait()
+                if self._failure is not None:
+                    raise self._failure
+                if self.result is not None:
                     return
-                while not inbox:  # an event already waiting needs no trip through the loop
-                    self._wake = wake = anyio.Event()
-                    await wake.wait()
-                event = inbox.popleft()
-                if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
-                    self._usage = _add(self._usage, event.usage)
-                state, fx = step(state, event, self.config)
-                if self._observer is not None:
-                    self._observer(event, state, fx)
         finally:
             self._out.close_sending()
 
-    async def _execute(self, state: LoopState, fx: tuple[Effect, ...]) -> bool:
-        self.state = state
-        for effect in fx:
-            match effect:
-                case Emit(item=item):
-                    if self._transcript is not None:
-                        self._transcript.record(item)
-                    await self._out.send(item)
-                case CallModel():
-                    self._start(("model", effect.call_id), self._call_model, effect)
-                case CancelModelCall(call_id=cid):
-                    self._cancel(("model", cid))
-                case AskPermission():
-                    decision = self._permissions.decide(effect.name, effect.input)
-                    if decision == "ask":
-                        await self._out.send(PermissionRequest(self, effect))
-                    else:  # settled by the policy: answered at once, no task, no consumer
-                        self._feed(_policy_answer(effect, decision, self._now()))
-                case StartTool():
-                    key = ("tool", (effect.generation, effect.tool_use_id))
-                    self._start(key, self._run_tool, effect, self._tool_timeout_s)
-                case CancelTools(generation=gen, tool_use_ids=ids):
-                    for tid in ids:
-                        self._cancel(("tool", (gen, tid)))
-                case Wait(wait_id=wid):
-                    self._start(("wait", wid), self._wait, effect)
-                case CancelWait(wait_id=wid):
-                    self._cancel(("wait", wid))
-                case Compact():
-                    self._start(("compact", effect.compact_id), self._compact, effect)
-                case CancelCompaction(compact_id=cid):
-                    self._cancel(("compact", cid))
-                case RunStopHooks():
-                    self._start(("hooks", effect.hooks_id), self._run_hooks, effect)
-                case CancelStopHooks(hooks_id=hid):
-                    self._cancel(("hooks", hid))
-                case PersistToolResult(tool_use_id=tid, content=content):
-                    self.persisted[tid] = content
-                case SummarizeToolUse():
-                    self._start(("summary", effect.summary_id), self._summarize, effect)
-                case AcknowledgeCommands(command_ids=ids):
-                    if self._on_acknowledge is not None:
-                        self._on_acknowledge(ids)
-                case Finish(terminal=terminal):
-                    self.result = RunResult(terminal=terminal, state=state, usage=self._usage)
-                    return True
-                case _:
-                    assert_never(effect)
-        return False
+    def _apply(self, effect: Effect) -> bool:
+        """Execute an effect that needs no waiting; False if it has to wait (the driver then
+        runs it with :meth:`_apply_waiting`)."""
+        match effect:
+            case Emit(item=item):
+                if not self._out.offer(item):
+                    return False
+                if self._transcript is not None:
+                    self._transcript.record(item)
+            case CallModel():
+                self._start(("model", effect.call_id), self._call_model, effect)
+            case CancelModelCall(call_id=cid):
+                self._cancel(("model", cid))
+            case AskPermission():
+                decision = self._permissions.decide(effect.name, effect.input)
+                if decision == "ask":
+                    return self._out.offer(PermissionRequest(self, effect))
+                # settled by the policy: answered at once, no task, no consumer
+                self._inbox.append(_policy_answer(effect, decision, self._now()))
+            case StartTool():
+                key = ("tool", (effect.generation, effect.tool_use_id))
+                self._start(key, self._run_tool, effect, self._tool_timeout_s)
+            case CancelTools(generation=gen, tool_use_ids=ids):
+                for tid in ids:
+                    self._cancel(("tool", (gen, tid)))
+            case Wait(wait_id=wid):
+                self._start(("wait", wid), self._wait, effect)
+            case CancelWait(wait_id=wid):
+                self._cancel(("wait", wid))
+            case Compact():
+                self._start(("compact", effect.compact_id), self._compact, effect)
+            case CancelCompaction(compact_id=cid):
+                self._cancel(("compact", cid))
+            case RunStopHooks():
+                self._start(("hooks", effect.hooks_id), self._run_hooks, effect)
+            case CancelStopHooks(hooks_id=hid):
+                self._cancel(("hooks", hid))
+            case PersistToolResult(tool_use_id=tid, content=content):
+                self.persisted[tid] = content
+            case SummarizeToolUse():
+                self._start(("summary", effect.summary_id), self._summarize, effect)
+            case AcknowledgeCommands(command_ids=ids):
+                if self._on_acknowledge is not None:
+                    self._on_acknowledge(ids)
+            case Finish(terminal=terminal):
+                state = self._state
+                assert state is not None
+                self.result = RunResult(terminal=terminal, state=state, usage=self._usage)
+            case _:
+                assert_never(effect)
+        return True
+
+    async def _apply_waiting(self, effect: Effect) -> None:
+        """An item for the consumer, who is not waiting for one: wait until it takes it."""
+        if isinstance(effect, Emit):
+            if self._transcript is not None:
+                self._transcript.record(effect.item)
+            await self._out.send(effect.item)
+        else:
+            assert isinstance(effect, AskPermission)
+            await self._out.send(PermissionRequest(self, effect))
 
     def _start(
         self, key: Key, handler: Handler, effect: Any, timeout_s: float = math.inf
@@ -678,17 +752,23 @@ class _Handoff(Generic[T]):
         self._ended = False
         self._broken = False
 
+    def offer(self, item: T) -> bool:
+        """Hand ``item`` to a receiver already waiting, if there is one; never waits."""
+        receivers = self._receivers
+        if not receivers or self._returned or self._ended or self._broken:
+            return False
+        r = receivers.popleft()
+        r.item = item
+        r.filled = True
+        r.woken.set()
+        return True
+
     async def send(self, item: T) -> None:
         if self._ended:
             raise anyio.ClosedResourceError
         if self._broken:
             raise anyio.BrokenResourceError
-        receivers = self._receivers
-        if receivers and not self._returned:
-            r = receivers.popleft()
-            r.item = item
-            r.filled = True
-            r.woken.set()
+        if self.offer(item):
             return
         s = _Sender(item)
         self._senders.append(s)
