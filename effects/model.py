@@ -484,10 +484,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+"""``json.loads(text, parse_constant=_reject_constant)`` without building a decoder per call."""
+
+
 def parse_tool_input(text: str) -> dict[str, Any] | None:
     """Parse tool input JSON strictly; None when it is not one complete JSON object."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _STRICT.decode(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -511,6 +515,14 @@ class _Partial:
 def _str(d: Mapping[str, Any], key: str) -> str:
     value = d.get(key)
     return value if isinstance(value, str) else ""
+
+
+_DELTA_TEXT: dict[Any, str] = {
+    "text_delta": "text",
+    "input_json_delta": "partial_json",
+    "thinking_delta": "thinking",
+}
+"""The deltas that extend a block's text, and the field that carries it."""
 
 
 class _Assembler:
@@ -557,15 +569,14 @@ class _Assembler:
             if partial is None or not isinstance(delta, dict):
                 return None
             kind = delta.get("type")
-            if kind == "text_delta":
-                text = _str(delta, "text")
+            field = _DELTA_TEXT.get(kind)
+            if field is not None:
+                text = delta.get(field)
+                if not isinstance(text, str):
+                    text = ""
                 partial.parts.append(text)
-                if self.on_text_delta is not None:
+                if kind == "text_delta" and self.on_text_delta is not None:
                     self.on_text_delta(payload["index"], text)
-            elif kind == "input_json_delta":
-                partial.parts.append(_str(delta, "partial_json"))
-            elif kind == "thinking_delta":
-                partial.parts.append(_str(delta, "thinking"))
             elif kind == "signature_delta":
                 partial.signature.append(_str(delta, "signature"))
             return None  # citations_delta and unknown deltas carry nothing steploop keeps
@@ -897,14 +908,27 @@ class AnthropicModelClient:
         return None
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+"""``json.loads``'s decoder, called directly: one JSON value from an index, and its end."""
+
+
 def _decode(event: str | None, data: str) -> tuple[str, dict[str, Any], str | None]:
     """(event name, payload, problem): ``problem`` describes malformed event data."""
     if not data:
         return event or "", {}, None
+    payload: Any
     try:
-        payload = json.loads(data)
-    except ValueError as exc:
-        return event or "", {}, f"malformed {event or 'event'} data: {exc}"
+        # Event data is one compact JSON object: scan it without json.loads's whitespace
+        # handling. Anything else (surrounding whitespace, trailing text, bad JSON) is left
+        # to json.loads, which accepts or words the error exactly as before.
+        payload, end = _raw_decode(data)
+        if end != len(data):
+            raise ValueError(data)
+    except ValueError:
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            return event or "", {}, f"malformed {event or 'event'} data: {exc}"
     if not isinstance(payload, dict):
         return event or "", {}, f"malformed {event or 'event'} data: not an object"
     name = event or payload.get("type")
