@@ -297,6 +297,8 @@ class Run:
         self._state: LoopState | None = None
         self._closed = False
         self._out: _Handoff[Item] = _Handoff()
+        self._event: Callable[[], anyio.Event] = anyio.Event
+        self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
         self._transcript: Any = None
         self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
         self._entered = False
@@ -327,6 +329,8 @@ class Run:
                 cwd=str(self._workspace),
                 version=_version(),
             )
+        self._event, self._scope = _primitives()
+        self._out.new_event = self._event
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self._text_deltas:
@@ -449,7 +453,7 @@ class Run:
                     if not self._inbox:
                         break
                     self._pending = self._step(self._inbox.popleft())
-                self._wake = wake = anyio.Event()
+                self._wake = wake = self._event()
                 self._busy = False  # from now on, whoever brings an event steps it
                 await wake.wait()
                 if self._failure is not None:
@@ -530,7 +534,7 @@ class Run:
         otherwise a new runner is started. The scope exists from now on, so a cancel that
         comes before the runner enters it still applies; ``timeout_s`` is its deadline."""
         deadline = math.inf if timeout_s == math.inf else anyio.current_time() + timeout_s
-        scope = anyio.CancelScope(deadline=deadline)
+        scope = self._scope(deadline=deadline)
         self._scopes[key] = scope
         job = (key, scope, handler, effect)
         if self._idle:
@@ -555,7 +559,7 @@ class Run:
                 del self._scopes[key]
             if len(self._idle) >= _IDLE_RUNNERS:
                 return
-            runner.go = go = anyio.Event()
+            runner.go = go = self._event()
             self._idle.append(runner)
             await go.wait()
 
@@ -607,7 +611,7 @@ class Run:
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
-                with anyio.CancelScope(shield=True):
+                with self._scope(shield=True):
                     await aclose()
         return ModelCallFailed(
             call_id=call_id,
@@ -716,19 +720,19 @@ E = TypeVar("E")
 class _Sender(Generic[T]):
     __slots__ = ("item", "taken", "woken")
 
-    def __init__(self, item: T) -> None:
+    def __init__(self, item: T, woken: anyio.Event) -> None:
         self.item = item
         self.taken = False
-        self.woken = anyio.Event()
+        self.woken = woken
 
 
 class _Receiver(Generic[T]):
     __slots__ = ("filled", "item", "woken")
 
-    def __init__(self) -> None:
+    def __init__(self, woken: anyio.Event) -> None:
         self.filled = False
         self.item: T | None = None
-        self.woken = anyio.Event()
+        self.woken = woken
 
 
 class _Handoff(Generic[T]):
@@ -743,9 +747,10 @@ class _Handoff(Generic[T]):
     offered; closing the receiving side breaks it (``BrokenResourceError`` for senders).
     """
 
-    __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders")
+    __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders", "new_event")
 
     def __init__(self) -> None:
+        self.new_event: Callable[[], anyio.Event] = anyio.Event
         self._receivers: deque[_Receiver[T]] = deque()
         self._senders: deque[_Sender[T]] = deque()
         self._returned: deque[T] = deque()
@@ -770,7 +775,7 @@ class _Handoff(Generic[T]):
             raise anyio.BrokenResourceError
         if self.offer(item):
             return
-        s = _Sender(item)
+        s = _Sender(item, self.new_event())
         self._senders.append(s)
         try:
             await s.woken.wait()
@@ -799,7 +804,7 @@ class _Handoff(Generic[T]):
                 raise anyio.EndOfStream
             if self._broken:
                 raise anyio.ClosedResourceError
-            r: _Receiver[T] = _Receiver()
+            r: _Receiver[T] = _Receiver(self.new_event())
             self._receivers.append(r)
             try:
                 await r.woken.wait()
@@ -827,6 +832,24 @@ class _Handoff(Generic[T]):
             self._receivers.popleft().woken.set()
         while self._senders:
             self._senders.popleft().woken.set()
+
+
+def _primitives() -> tuple[Callable[[], anyio.Event], Callable[..., anyio.CancelScope]]:
+    """The running backend's Event and CancelScope classes, to construct directly.
+
+    ``anyio.Event()`` and ``anyio.CancelScope()`` look the backend up (sniffio) on every call,
+    about half of what they cost; a run makes several per turn. anyio's backend classes are
+    constructible directly; should one stop being so, the public constructors are used."""
+    event: Any = type(anyio.Event())
+    scope: Any = type(anyio.CancelScope())
+    try:
+        if isinstance(event(), anyio.Event) and isinstance(
+            scope(deadline=math.inf, shield=False), anyio.CancelScope
+        ):
+            return event, scope
+    except Exception:
+        pass
+    return anyio.Event, anyio.CancelScope
 
 
 def _policy_answer(
