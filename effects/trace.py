@@ -114,10 +114,12 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 __all__ = [
+    "DEFAULT_CHECKPOINT_EVERY",
     "DEFAULT_MESSAGE_WINDOW",
     "FORMAT",
     "INTERRUPTED_TOOL_RESULT",
     "POLICIES",
+    "VERIFY_POLICIES",
     "VERSION",
     "CounterfactualReport",
     "Divergence",
@@ -135,6 +137,7 @@ __all__ = [
     "TraceHeader",
     "TraceReader",
     "TraceRecorder",
+    "Verify",
     "describe_effect",
     "describe_request",
     "encode_effect",
@@ -1284,33 +1287,71 @@ class _StateDigester:
 
 
 class _Layout:
-    """The canonical text of one attrs class, composed from its fields' cached texts."""
+    """The canonical text of one attrs class, composed from its fields' cached texts.
+
+    ``text`` is compiled per class: for each field, in sorted order, its text is recomputed only
+    when the field holds another object than last time; a tuple field keeps the texts of its
+    items the same way (a tuple's text is ``[ITEM,...]``), so appending costs one item.
+    """
 
     def __init__(self, cls: type, nested: dict[str, _Layout]) -> None:
         if getattr(cls, "__canonical__", None) is not None or getattr(cls, "TAG", None):
             raise TypeError(f"{cls.__name__} is not composed from its fields")
         names = sorted(f.name for f in attrs.fields(cls))
-        self.cls = cls
-        self.get = operator.attrgetter(*names)
-        self.prefixes = tuple(
-            (("{" if n == 0 else ",") + json.dumps(name) + ":").encode()
-            for n, name in enumerate(names)
-        )
-        self.nested = tuple(nested.get(name) for name in names)
-        self.values: list[Any] = [_NOTHING] * len(names)
-        self.texts: list[bytes] = [b""] * len(names)
+        hints = typing.get_type_hints(cls)
+        values: list[Any] = [_NOTHING] * len(names)
+        texts: list[bytes] = [b""] * len(names) + [b"}"]
+        ns: dict[str, Any] = {
+            "CLS": cls,
+            "GET": operator.attrgetter(*names, "__class__"),  # a tuple however many names
+            "V": values,
+            "T": texts,
+            "JOIN": b"".join,
+            "canonical_bytes": canonical_bytes,
+        }
+        lines = [
+            "def text(obj):",
+            "    if obj.__class__ is not CLS:",
+            "        return canonical_bytes(obj)",
+            f"    {', '.join(f'x{n}' for n in range(len(names)))}, _ = GET(obj)",
+        ]
+        for n, name in enumerate(names):
+            ns[f"P{n}"] = (("{" if n == 0 else ",") + json.dumps(name) + ":").encode()
+            if name in nested:
+                ns[f"E{n}"] = nested[name].text
+            elif typing.get_origin(hints[name]) is tuple:
+                ns[f"E{n}"] = _Items().text
+            else:
+                ns[f"E{n}"] = canonical_bytes
+            lines += [
+                f"    if x{n} is not V[{n}]:",
+                f"        V[{n}] = x{n}",
+                f"        T[{n}] = P{n} + E{n}(x{n})",
+            ]
+        lines.append("    return JOIN(T)")
+        exec(compile("\n".join(lines) + "\n", f"<state text {cls.__qualname__}>", "exec"), ns)
+        self.text: Callable[[Any], bytes] = ns["text"]
 
-    def text(self, obj: Any) -> bytes:
-        if type(obj) is not self.cls:
-            return canonical_bytes(obj)
-        values, texts = self.values, self.texts
-        for n, v in enumerate(self.get(obj)):
-            if v is not values[n]:
-                nested = self.nested[n]
-                t = canonical_bytes(v) if nested is None else nested.text(v)
-                values[n] = v
-                texts[n] = self.prefixes[n] + t
-        return b"".join(texts) + b"}"
+
+class _Items:
+    """The canonical text of a tuple, reusing the texts of items that are the same objects as
+    the items at the same places last time."""
+
+    def __init__(self) -> None:
+        self.values: tuple[Any, ...] = ()
+        self.texts: list[bytes] = []
+
+    def text(self, v: Any) -> bytes:
+        if type(v) is not tuple:
+            return canonical_bytes(v)
+        old, old_texts = self.values, self.texts
+        keep = len(old)
+        texts = [
+            old_texts[k] if k < keep and x is old[k] else canonical_bytes(x)
+            for k, x in enumerate(v)
+        ]
+        self.values, self.texts = v, texts
+        return b"[" + b",".join(texts) + b"]"
 
 
 _NOTHING = object()
@@ -1364,43 +1405,78 @@ class _Walk:
 def _check_step(walk: _Walk, rec: StepRecord) -> Mismatch | None:
     state = walk.state
     assert state is not None
+    return _effects_mismatch(walk, rec, state, walk.fields) or _digest_mismatch(
+        walk, rec, state, walk.fields
+    )
+
+
+def _effects_mismatch(
+    walk: _Walk, rec: StepRecord, state: LoopState, fields: Mapping[str, str]
+) -> Mismatch | None:
     actual = walk.effects
-    if rec.effects != actual:
-        k = next(
-            (k for k, (a, b) in enumerate(zip(rec.effects, actual, strict=False)) if a != b),
-            min(len(rec.effects), len(actual)),
-        )
-        return Mismatch(
-            step=rec.i,
-            line=rec.line,
-            what="effects",
-            effect_index=k,
-            expected=rec.effects[k] if k < len(rec.effects) else None,
-            actual=actual[k] if k < len(actual) else None,
-            fields=_differing_fields(state, walk.fields),
-        )
+    if rec.effects == actual:
+        return None
+    k = next(
+        (k for k, (a, b) in enumerate(zip(rec.effects, actual, strict=False)) if a != b),
+        min(len(rec.effects), len(actual)),
+    )
+    return Mismatch(
+        step=rec.i,
+        line=rec.line,
+        what="effects",
+        effect_index=k,
+        expected=rec.effects[k] if k < len(rec.effects) else None,
+        actual=actual[k] if k < len(actual) else None,
+        fields=_differing_fields(state, fields),
+    )
+
+
+def _digest_mismatch(
+    walk: _Walk, rec: StepRecord, state: LoopState, fields: Mapping[str, str]
+) -> Mismatch | None:
     digest = walk.digest(state)
-    if digest != rec.digest:
-        official = state_digest(state)
-        if official != digest:  # pragma: no cover - the composed digest is checked by tests
-            walk.digest = state_digest  # never trust the composition again in this replay
-            if official == rec.digest:
-                return None
-        digest = official
-        return Mismatch(
-            step=rec.i,
-            line=rec.line,
-            what="digest",
-            effect_index=None,
-            expected=rec.digest,
-            actual=digest,
-            fields=_differing_fields(state, walk.fields) or ("unknown",),
-        )
-    return None
+    if digest == rec.digest:
+        return None
+    official = state_digest(state)
+    if official != digest:  # pragma: no cover - the composed digest is checked by tests
+        walk.digest = state_digest  # never trust the composition again in this replay
+        if official == rec.digest:
+            return None
+    return Mismatch(
+        step=rec.i,
+        line=rec.line,
+        what="digest",
+        effect_index=None,
+        expected=rec.digest,
+        actual=official,
+        fields=_differing_fields(state, fields) or ("unknown",),
+    )
+
+
+Verify: TypeAlias = Literal["every", "checkpoint"]
+VERIFY_POLICIES: tuple[str, ...] = ("every", "checkpoint")
+DEFAULT_CHECKPOINT_EVERY = 256
+
+
+@attrs.frozen
+class _Pending:
+    """A step whose effects matched and whose state digest is not checked yet (checkpoint
+    policy), with what a report at that step would say."""
+
+    rec: StepRecord
+    state: LoopState
+    steps: int
+    effects: int
+    messages: int
+    resumes: int
 
 
 def replay_exact(
-    path: str | os.PathLike[str], *, on_step: Callable[[StepRecord], None] | None = None
+    path: str | os.PathLike[str],
+    *,
+    on_step: Callable[[StepRecord], None] | None = None,
+    verify: Verify = "every",
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
 ) -> ReplayReport:
     """Feed the recorded events to ``step()`` from the recorded start; check every effect and
     every state digest. Streams the file: memory does not grow with the trace.
@@ -1408,42 +1484,135 @@ def replay_exact(
     Args:
         path: the trace.
         on_step: called after each step record is checked (progress display, sampling).
+        verify: ``"every"`` (default) checks the state digest after every step.
+            ``"checkpoint"`` checks the effects of every step but the state digest only at
+            checkpoints: every ``checkpoint_every`` steps, the last step, and before any other
+            finding is reported (a differing effect or terminal, an unreadable line, an event
+            ``step()`` rejects). When a checkpoint differs, the steps since the last checkpoint
+            are checked one by one, so the report is the one ``"every"`` gives. What it does not
+            see: a recorded digest that is wrong only between checkpoints (an edited digest, or
+            a state that differs for a few steps and then agrees again); ``"every"`` reports it.
+            ``on_step`` is then called for each step once its checkpoint passed.
+        checkpoint_every: steps between checkpoints (``"checkpoint"`` only); memory grows with
+            it (the states since the last checkpoint are kept).
 
     Returns:
         A report with counts, or the first :class:`Mismatch`.
 
     Raises:
         TraceError: the file is not a readable trace, or ``step()`` rejects a recorded event.
+        ValueError: an unknown ``verify`` or a ``checkpoint_every`` below 1.
     """
+    if verify not in VERIFY_POLICIES:
+        raise ValueError(f"verify must be one of {', '.join(VERIFY_POLICIES)}, got {verify!r}")
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
     reader = TraceReader(path)
     walk = _Walk(reader)
     t0 = time.perf_counter()
     mismatch: Mismatch | None = None
     terminal: Terminal | None = None
-    for rec in walk:
-        if isinstance(rec, StepRecord):
-            mismatch = _check_step(walk, rec)
-            if mismatch is not None:
-                break
-            if on_step is not None:
-                on_step(rec)
-        elif isinstance(rec, EndRecord):
-            fx = walk.effects
-            finish = fx[-1] if fx and isinstance(fx[-1], Finish) else None
-            if finish is None or finish.terminal != rec.terminal:
-                mismatch = Mismatch(
-                    step=rec.i,
-                    line=rec.line,
-                    what="terminal",
-                    effect_index=None,
-                    expected=rec.terminal,
-                    actual=finish.terminal if finish is not None else None,
-                    fields=(),
+    lazy = verify == "checkpoint"
+    pending: list[_Pending] = []
+    settled_fields: dict[str, str] = {}  # the recorded field digests before the pending steps
+    at: _Pending | None = None  # the pending step a mismatch was found at
+
+    def settle() -> Mismatch | None:
+        """Check the pending steps' digests: the last one, and if it differs each in order."""
+        nonlocal at
+        if not pending:
+            return None
+        last = pending[-1]
+        if _digest_mismatch(walk, last.rec, last.state, walk.fields) is not None:
+            fields = dict(settled_fields)
+            for p in pending:
+                fields.update(p.rec.fields)
+                found = _digest_mismatch(walk, p.rec, p.state, fields)
+                if found is not None:
+                    at = p
+                    return found
+                if on_step is not None:
+                    on_step(p.rec)
+            raise AssertionError("the last pending digest differs, but no pending step does")
+        if on_step is not None:
+            for p in pending:
+                on_step(p.rec)
+        pending.clear()
+        settled_fields.update(walk.fields)
+        return None
+
+    try:
+        for rec in walk:
+            if isinstance(rec, StepRecord):
+                if not lazy:
+                    mismatch = _check_step(walk, rec)
+                    if mismatch is not None:
+                        break
+                    if on_step is not None:
+                        on_step(rec)
+                    continue
+                assert walk.state is not None
+                mismatch = _effects_mismatch(walk, rec, walk.state, walk.fields)
+                if mismatch is not None:
+                    mismatch = settle() or mismatch
+                    break
+                pending.append(
+                    _Pending(
+                        rec,
+                        walk.state,
+                        walk.steps,
+                        walk.effect_count,
+                        reader.messages,
+                        walk.resumes,
+                    )
                 )
-                break
-            terminal = rec.terminal
+                if len(pending) >= checkpoint_every:
+                    mismatch = settle()
+                    if mismatch is not None:
+                        break
+            elif isinstance(rec, EndRecord):
+                if lazy:
+                    mismatch = settle()
+                    if mismatch is not None:
+                        break
+                fx = walk.effects
+                finish = fx[-1] if fx and isinstance(fx[-1], Finish) else None
+                if finish is None or finish.terminal != rec.terminal:
+                    mismatch = Mismatch(
+                        step=rec.i,
+                        line=rec.line,
+                        what="terminal",
+                        effect_index=None,
+                        expected=rec.terminal,
+                        actual=finish.terminal if finish is not None else None,
+                        fields=(),
+                    )
+                    break
+                terminal = rec.terminal
+        else:
+            if lazy:
+                mismatch = settle()
+    except Exception:
+        # "every" would have stopped at a differing digest before reaching this line
+        found = settle() if lazy else None
+        if found is None:
+            raise
+        mismatch = found
     if walk.header is None:  # pragma: no cover - the reader raises first
         raise reader.error(1, "no header record")
+    if at is not None:  # found while settling: report what "every" would have reported there
+        return ReplayReport(
+            path=reader.name,
+            ok=False,
+            steps=at.steps,
+            effects=at.effects,
+            messages=at.messages,
+            elapsed_s=time.perf_counter() - t0,
+            complete=False,
+            terminal=None,
+            resumes=at.resumes,
+            mismatch=mismatch,
+        )
     return ReplayReport(
         path=reader.name,
         ok=mismatch is None,

@@ -24,7 +24,9 @@ from typing import Any, TextIO
 import attrs
 
 from effects.trace import (
+    DEFAULT_CHECKPOINT_EVERY,
     POLICIES,
+    VERIFY_POLICIES,
     EndRecord,
     Policy,
     ResumeRecord,
@@ -58,6 +60,16 @@ def _cli_error(message: str) -> Exception:
 
 # ----------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def _overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
@@ -122,9 +134,15 @@ def _steps(reader: TraceReader) -> Iterator[StepRecord]:
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
     if not counterfactual:
-        report = replay_exact(args.trace)
+        report = replay_exact(
+            args.trace,
+            verify=args.verify or "every",
+            checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
+        )
         print(report.describe(), file=out)
         return 0 if report.ok else 1
+    if args.verify or args.checkpoint_every:
+        raise _cli_error("--verify and --checkpoint-every apply to exact replay only")
     import anyio
 
     policy: Policy = args.on_divergence or "stop"
@@ -539,6 +557,19 @@ def register(subparsers: Any) -> dict[str, Handler]:
         help="when the recording cannot answer: stop (default), scripted, or live",
     )
     p.add_argument("--script", metavar="FILE", help="the JSON script for --on-divergence scripted")
+    p.add_argument(
+        "--verify",
+        choices=VERIFY_POLICIES,
+        help="exact replay: check the state digest after every step (default), or only at "
+        "checkpoints (faster; effects are still checked at every step, and a difference is "
+        "reported at its first step, but a digest wrong only between checkpoints is not seen)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=_at_least_one,
+        metavar="N",
+        help=f"steps between checkpoints (default {DEFAULT_CHECKPOINT_EVERY})",
+    )
     p.set_defaults(handler=cmd_replay)
 
     d = subparsers.add_parser("diff", help="the first divergence between two traces")
