@@ -907,6 +907,30 @@ def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
     return _structure(data, Event, what)  # type: ignore[no-any-return]
 
 
+_EMIT_KEYS = frozenset({"type", "item"})
+
+
+def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
+    """What ``_decode_effect`` returns for a well-formed effect; None: ask it (it words errors)."""
+    if data.__class__ is not dict:
+        return None
+    tag = data.get("type")
+    if tag == "emit":
+        item = data.get("item")
+        if data.keys() == _EMIT_KEYS and item.__class__ is dict and len(item) == 1:
+            ref = item.get("ref")
+            if ref.__class__ is str:
+                got = b.by_id.get(ref)
+                return None if got is None else Emit(item=got[1])
+    fast = _FAST_EFFECTS.get(tag)  # type: ignore[arg-type]
+    if fast is not None:
+        try:
+            return fast(data)  # type: ignore[no-any-return]
+        except Exception:  # _decode_effect decides, and words the error
+            return None
+    return None
+
+
 def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
     if isinstance(data, dict):
         tag = data.get("type")
@@ -1152,7 +1176,9 @@ class TraceReader:
         )
 
     def _step(self, obj: dict[str, Any], ln: int, b: _ReaderBindings, last_i: int) -> StepRecord:
-        i = _int(obj["i"], "step record: 'i'", 0)
+        i = obj["i"]
+        if i.__class__ is not int or i < 0:
+            i = _int(i, "step record: 'i'", 0)  # raises
         if i != last_i + 1:
             if last_i < 0:
                 raise _Bad(f"the first step record must be step 0 (start), found step {i}")
@@ -1166,14 +1192,19 @@ class TraceReader:
         raw_fx = obj["effects"]
         if not isinstance(raw_fx, list):
             raise _Bad(f"step {i}: 'effects' must be a list")
-        effects = tuple(_decode_effect(d, b, f"step {i}: effect {k}") for k, d in enumerate(raw_fx))
+        effects = tuple(
+            _fast_effect(d, b) or _decode_effect(d, b, f"step {i}: effect {k}")
+            for k, d in enumerate(raw_fx)
+        )
         digest = obj["digest"]
         if not isinstance(digest, str) or not _HEX32.fullmatch(digest):
             raise _Bad(f"step {i}: 'digest' must be 32 lowercase hex digits")
         phase = obj["phase"]
         if phase not in PHASES:
             raise _Bad(f"step {i}: unknown phase {json.dumps(phase)}")
-        turn_count = _int(obj["turn_count"], f"step {i}: 'turn_count'", 1)
+        turn_count = obj["turn_count"]
+        if turn_count.__class__ is not int or turn_count < 1:
+            turn_count = _int(turn_count, f"step {i}: 'turn_count'", 1)  # raises
         transition = None
         if "transition" in obj:
             transition = _structure(obj["transition"], Transition, f"step {i}: transition")
