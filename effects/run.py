@@ -28,6 +28,7 @@ before ``__aexit__`` returns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -234,7 +235,7 @@ class _Runner:
 
     def __init__(self, job: tuple[Key, anyio.CancelScope, Handler, Any]) -> None:
         self.job: tuple[Key, anyio.CancelScope, Handler, Any] | None = job
-        self.go: anyio.Event | None = None
+        self.go: _Signal | None = None
 
 
 class Run:
@@ -292,12 +293,12 @@ class Run:
         self._inbox: deque[Event] = deque()  # events not stepped yet, in arrival order
         self._busy = True  # an event is being stepped, or effects wait for the driver
         self._pending: tuple[Effect, ...] = ()  # effects the driver must execute next
-        self._wake: anyio.Event | None = None  # set when the driver is idle
+        self._wake: _Signal | None = None  # set when the driver is idle
         self._failure: Exception | None = None  # step() or the observer failed inline
         self._state: LoopState | None = None
         self._closed = False
         self._out: _Handoff[Item] = _Handoff()
-        self._event: Callable[[], anyio.Event] = anyio.Event
+        self._signal: Callable[[], _Signal] = anyio.Event
         self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
         self._transcript: Any = None
         self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
@@ -329,8 +330,8 @@ class Run:
                 cwd=str(self._workspace),
                 version=_version(),
             )
-        self._event, self._scope = _primitives()
-        self._out.new_event = self._event
+        self._signal, self._scope = _primitives()
+        self._out.new_signal = self._signal
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self._text_deltas:
@@ -453,7 +454,7 @@ class Run:
                     if not self._inbox:
                         break
                     self._pending = self._step(self._inbox.popleft())
-                self._wake = wake = self._event()
+                self._wake = wake = self._signal()
                 self._busy = False  # from now on, whoever brings an event steps it
                 await wake.wait()
                 if self._failure is not None:
@@ -559,7 +560,7 @@ class Run:
                 del self._scopes[key]
             if len(self._idle) >= _IDLE_RUNNERS:
                 return
-            runner.go = go = self._event()
+            runner.go = go = self._signal()
             self._idle.append(runner)
             await go.wait()
 
@@ -720,7 +721,7 @@ E = TypeVar("E")
 class _Sender(Generic[T]):
     __slots__ = ("item", "taken", "woken")
 
-    def __init__(self, item: T, woken: anyio.Event) -> None:
+    def __init__(self, item: T, woken: _Signal) -> None:
         self.item = item
         self.taken = False
         self.woken = woken
@@ -729,7 +730,7 @@ class _Sender(Generic[T]):
 class _Receiver(Generic[T]):
     __slots__ = ("filled", "item", "woken")
 
-    def __init__(self, woken: anyio.Event) -> None:
+    def __init__(self, woken: _Signal) -> None:
         self.filled = False
         self.item: T | None = None
         self.woken = woken
@@ -747,10 +748,10 @@ class _Handoff(Generic[T]):
     offered; closing the receiving side breaks it (``BrokenResourceError`` for senders).
     """
 
-    __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders", "new_event")
+    __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders", "new_signal")
 
     def __init__(self) -> None:
-        self.new_event: Callable[[], anyio.Event] = anyio.Event
+        self.new_signal: Callable[[], _Signal] = anyio.Event
         self._receivers: deque[_Receiver[T]] = deque()
         self._senders: deque[_Sender[T]] = deque()
         self._returned: deque[T] = deque()
@@ -775,7 +776,7 @@ class _Handoff(Generic[T]):
             raise anyio.BrokenResourceError
         if self.offer(item):
             return
-        s = _Sender(item, self.new_event())
+        s = _Sender(item, self.new_signal())
         self._senders.append(s)
         try:
             await s.woken.wait()
@@ -804,7 +805,7 @@ class _Handoff(Generic[T]):
                 raise anyio.EndOfStream
             if self._broken:
                 raise anyio.ClosedResourceError
-            r: _Receiver[T] = _Receiver(self.new_event())
+            r: _Receiver[T] = _Receiver(self.new_signal())
             self._receivers.append(r)
             try:
                 await r.woken.wait()
@@ -834,22 +835,54 @@ class _Handoff(Generic[T]):
             self._senders.popleft().woken.set()
 
 
-def _primitives() -> tuple[Callable[[], anyio.Event], Callable[..., anyio.CancelScope]]:
-    """The running backend's Event and CancelScope classes, to construct directly.
+class _Signal(Protocol):
+    """A one-shot wake-up: ``set`` once, ``wait`` by one task (an anyio Event is one)."""
+
+    def set(self) -> None: ...
+
+    def wait(self) -> Awaitable[Any]: ...
+
+
+class _FutureSignal:
+    """A :class:`_Signal` on asyncio: a bare future. anyio's Event wraps an asyncio.Event,
+    which keeps a list of waiters and takes a global lock the first time it is waited on;
+    a wake-up here costs a future. Cancellation reaches the waiting task as it does through
+    an Event (anyio cancels the task, which cancels the future it awaits)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self._future = future
+
+    def set(self) -> None:
+        if not self._future.done():
+            self._future.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        return self._future
+
+
+def _primitives() -> tuple[Callable[[], _Signal], Callable[..., anyio.CancelScope]]:
+    """The running backend's one-shot wake-up and CancelScope class, to construct directly.
 
     ``anyio.Event()`` and ``anyio.CancelScope()`` look the backend up (sniffio) on every call,
     about half of what they cost; a run makes several per turn. anyio's backend classes are
-    constructible directly; should one stop being so, the public constructors are used."""
+    constructible directly; should one stop being so, the public constructors are used. On
+    asyncio a wake-up is a :class:`_FutureSignal`."""
     event: Any = type(anyio.Event())
     scope: Any = type(anyio.CancelScope())
     try:
-        if isinstance(event(), anyio.Event) and isinstance(
+        direct = isinstance(event(), anyio.Event) and isinstance(
             scope(deadline=math.inf, shield=False), anyio.CancelScope
-        ):
-            return event, scope
+        )
     except Exception:
-        pass
-    return anyio.Event, anyio.CancelScope
+        direct = False
+    if not direct:
+        return anyio.Event, anyio.CancelScope
+    if event.__module__ == "anyio._backends._asyncio":
+        loop = asyncio.get_running_loop()
+        return (lambda: _FutureSignal(loop.create_future())), scope
+    return event, scope
 
 
 def _policy_answer(
