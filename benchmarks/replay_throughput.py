@@ -19,7 +19,11 @@ The tracemalloc pass runs about ten times slower than the plain one (a few minut
 ``sys.getallocatedblocks()`` during the plain pass) is a cheap proxy for the same thing.
 Set STEPLOOP_KEEP_TRACES=1 to keep the trace files (they are deleted otherwise).
 
+``--verify checkpoint`` replays with the checkpoint policy (state digests at checkpoints, see
+specs/trace-format.md section 7) instead of the default, which checks every digest.
+
 Run: .venv/bin/python -m benchmarks.replay_throughput [--events N ...] [--quick] [--no-memory]
+     [--verify every|checkpoint]
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from effects.trace import StepRecord, record_driver, replay_exact
+from effects.trace import VERIFY_POLICIES, StepRecord, Verify, record_driver, replay_exact
 from reducer import LoopConfig, LoopState, Request, canonical, default
 from reducer.effects import AskPermission, CallModel, Compact, Effect, RunStopHooks, StartTool
 from reducer.events import (
@@ -126,7 +130,9 @@ def build_synthetic(path: str | os.PathLike[str], events: int) -> None:
     )
 
 
-def measure_size(events: int, directory: Path, memory: bool = True) -> dict[str, Any]:
+def measure_size(
+    events: int, directory: Path, memory: bool = True, verify: Verify = "every"
+) -> dict[str, Any]:
     """Record a synthetic trace of ``events`` events, replay it, report the figures."""
     path = directory / f"synthetic-{events}.jsonl"
     t0 = time.perf_counter()
@@ -140,10 +146,11 @@ def measure_size(events: int, directory: Path, memory: bool = True) -> dict[str,
         if rec.i % 64 == 0:
             peak_blocks = max(peak_blocks, sys.getallocatedblocks())
 
-    report = replay_exact(path, on_step=sample)
+    report = replay_exact(path, on_step=sample, verify=verify)
     assert report.ok and report.steps == events + 1, report.describe()
     out: dict[str, Any] = {
         "events": events,
+        "verify": verify,
         "file_mb": round(path.stat().st_size / 1e6, 1),
         "record_s": round(record_s, 2),
         "replay_s": round(report.elapsed_s, 2),
@@ -154,7 +161,7 @@ def measure_size(events: int, directory: Path, memory: bool = True) -> dict[str,
     if memory:
         tracemalloc.start()
         tracemalloc.reset_peak()
-        replay_exact(path)
+        replay_exact(path, verify=verify)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         out["peak_replay_mb"] = round(peak / 1e6, 2)
@@ -169,12 +176,15 @@ def measure_size(events: int, directory: Path, memory: bool = True) -> dict[str,
 
 
 def run_benchmark(
-    quick: bool = False, sizes: Sequence[int] | None = None, memory: bool = True
+    quick: bool = False,
+    sizes: Sequence[int] | None = None,
+    memory: bool = True,
+    verify: Verify = "every",
 ) -> dict[str, Any]:
     """Measure every size; ``quick``: 2,000 and 20,000 events instead of 10,000 and 1,000,000."""
     chosen = list(sizes or ((2_000, 20_000) if quick else (10_000, 1_000_000)))
     with tempfile.TemporaryDirectory() as tmp:
-        results = [measure_size(n, Path(tmp), memory) for n in chosen]
+        results = [measure_size(n, Path(tmp), memory, verify) for n in chosen]
     out: dict[str, Any] = {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -199,8 +209,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--events", type=int, action="append", help="trace size (repeatable)")
     p.add_argument("--quick", action="store_true", help="2,000 and 20,000 events")
     p.add_argument("--no-memory", action="store_true", help="skip the (slow) tracemalloc pass")
+    p.add_argument(
+        "--verify",
+        choices=VERIFY_POLICIES,
+        default="every",
+        help="exact replay's policy: every state digest (default) or at checkpoints",
+    )
     args = p.parse_args(argv)
-    print(json.dumps(run_benchmark(args.quick, args.events, not args.no_memory), indent=2))
+    result = run_benchmark(args.quick, args.events, not args.no_memory, args.verify)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
