@@ -101,7 +101,7 @@ from reducer.serialize import (
     structure,
     unstructure,
 )
-from reducer.state import Round
+from reducer.state import Ids, Round, Slot
 from reducer.transitions import TERMINAL_TYPES, Terminal, Transition
 
 if TYPE_CHECKING:
@@ -1311,7 +1311,9 @@ class _StateDigester:
     """
 
     def __init__(self) -> None:
-        self.top = _Layout(LoopState, {"round": _Layout(Round, {})})
+        slots = _Items(lambda: _Layout(Slot, {}))
+        round_ = _Layout(Round, {"slots": slots})
+        self.top = _Layout(LoopState, {"round": round_, "ids": _Layout(Ids, {})})
 
     def __call__(self, state: LoopState) -> str:
         return hashlib.blake2b(self.top.text(state), digest_size=16).hexdigest()
@@ -1325,7 +1327,7 @@ class _Layout:
     items the same way (a tuple's text is ``[ITEM,...]``), so appending costs one item.
     """
 
-    def __init__(self, cls: type, nested: dict[str, _Layout]) -> None:
+    def __init__(self, cls: type, nested: Mapping[str, _Layout | _Items]) -> None:
         if getattr(cls, "__canonical__", None) is not None or getattr(cls, "TAG", None):
             raise TypeError(f"{cls.__name__} is not composed from its fields")
         names = sorted(f.name for f in attrs.fields(cls))
@@ -1366,21 +1368,32 @@ class _Layout:
 
 class _Items:
     """The canonical text of a tuple, reusing the texts of items that are the same objects as
-    the items at the same places last time."""
+    the items at the same places last time; with ``layout``, an item that changed is composed
+    by a layout of its own place (a tool slot whose status changed keeps its input's text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, layout: Callable[[], _Layout] | None = None) -> None:
         self.values: tuple[Any, ...] = ()
         self.texts: list[bytes] = []
+        self.layout = layout
+        self.layouts: list[Callable[[Any], bytes]] = []
 
     def text(self, v: Any) -> bytes:
         if type(v) is not tuple:
             return canonical_bytes(v)
         old, old_texts = self.values, self.texts
         keep = len(old)
-        texts = [
-            old_texts[k] if k < keep and x is old[k] else canonical_bytes(x)
-            for k, x in enumerate(v)
-        ]
+        if self.layout is None:
+            texts = [
+                old_texts[k] if k < keep and x is old[k] else canonical_bytes(x)
+                for k, x in enumerate(v)
+            ]
+        else:
+            while len(self.layouts) < len(v):
+                self.layouts.append(self.layout().text)
+            layouts = self.layouts
+            texts = [
+                old_texts[k] if k < keep and x is old[k] else layouts[k](x) for k, x in enumerate(v)
+            ]
         self.values, self.texts = v, texts
         return b"[" + b",".join(texts) + b"]"
 

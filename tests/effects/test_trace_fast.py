@@ -178,6 +178,28 @@ def test_a_state_that_differs_in_one_nested_field_gets_another_digest() -> None:
     assert digest(ids) == state_digest(ids) != first
 
 
+def test_a_changed_tool_slot_changes_the_digest(tmp_path: Path) -> None:
+    """A slot's status or input changes in place (same tuple length, same other slots)."""
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 40)
+    walk = _Walk(TraceReader(path))
+    state = next(
+        walk.state
+        for rec in walk
+        if isinstance(rec, StepRecord) and walk.state is not None and walk.state.round.slots
+    )
+    digest = _StateDigester()
+    assert digest(state) == state_digest(state)
+    slot = state.round.slots[0]
+    for change in ({"status": "done"}, {"input": {**slot.input, "offset": 1}}, {"synthetic": True}):
+        other = attrs.evolve(
+            state,
+            round=attrs.evolve(state.round, slots=(attrs.evolve(slot, **change),)),
+        )
+        assert digest(other) == state_digest(other) != state_digest(state), change
+        assert digest(state) == state_digest(state)
+
+
 def test_a_wrong_composition_is_never_trusted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
