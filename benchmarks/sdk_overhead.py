@@ -359,6 +359,7 @@ async def _alternate(base_url: str, turns: int, reps: int, with_profile: bool) -
             "cpu_ms_per_call": {n: summarize([1e3 * s / turns for s in cpu[n]]) for n in names},
             "ratios": {
                 "steploop_over_bare_cpu": ratio_summary(cpu["steploop"], cpu["bare"], 4),
+                "steploop_over_bare_raw": ratio_summary(wall["steploop"], wall["bare_raw"], 4),
                 "steploop_over_handler": ratio_summary(wall["steploop"], wall["handler"], 4),
                 "handler_over_bare": ratio_summary(wall["handler"], wall["bare"], 4),
                 "handler_over_bare_raw": ratio_summary(wall["handler"], wall["bare_raw"], 4),
