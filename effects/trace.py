@@ -911,7 +911,8 @@ _EMIT_KEYS = frozenset({"type", "item"})
 
 
 def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
-    """What ``_decode_effect`` returns for a well-formed effect; None: ask it (it words errors)."""
+    """What ``_decode_effect`` returns for a well-formed effect; None: ask ``_decode_effect``
+    (which decides, and words the error). Callers try this first."""
     if data.__class__ is not dict:
         return None
     tag = data.get("type")
@@ -934,14 +935,6 @@ def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
 def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
     if isinstance(data, dict):
         tag = data.get("type")
-        item = data.get("item")
-        if tag != Emit.TAG or not (isinstance(item, dict) and "ref" in item):
-            fast = _FAST_EFFECTS.get(tag)  # type: ignore[arg-type]
-            if fast is not None:
-                try:
-                    return fast(data)  # type: ignore[no-any-return]
-                except Exception:  # the general code decides, and words the error
-                    pass
         if tag == Emit.TAG and isinstance(data.get("item"), dict) and "ref" in data["item"]:
             extra = sorted(set(data) - {"type", "item"})
             if extra:
@@ -1132,7 +1125,8 @@ class TraceReader:
             raise _Bad("resume record: 'reissued' must be a list")
         fresh = _ReaderBindings(b.window)
         reissued = tuple(
-            _decode_effect(d, fresh, f"resume record: reissued effect {k}")
+            _fast_effect(d, fresh)
+            or _decode_effect(d, fresh, f"resume record: reissued effect {k}")
             for k, d in enumerate(obj["reissued"])
         )
         return ResumeRecord(after=after, provenance=obj["provenance"], reissued=reissued, line=ln)
@@ -1301,12 +1295,12 @@ class _StateDigester:
 
     The canonical text of an attrs instance is fixed by R-COST-2 (and
     ``canonical.canonical_bytes_reference``): ``{"name":TEXT,...}`` over its fields in sorted
-    order (with ``"type"`` when it has a TAG). The text of a LoopState is therefore composed here
-    from the canonical texts of its fields, and that of its round from the round's fields, each
-    computed by ``canonical_bytes`` and reused while the field holds the same object (states are
-    immutable; a reference to each reused object is kept, so its identity is never recycled).
-    A class with its own ``__canonical__`` or a TAG is not composed: ``canonical_bytes`` encodes
-    it whole. The result equals ``state_digest(state)`` (tests/effects/test_trace_fast.py checks
+    order (with ``"type"`` when it has a TAG), and a tuple's is ``[TEXT,...]``. The text of a
+    LoopState is therefore composed here from the canonical texts of its fields (those of its
+    round, its ids and each tool slot from theirs in turn), each computed by ``canonical_bytes``
+    and reused while the field holds the same object (states are immutable; a reference to each
+    reused object is kept, so its identity is never recycled). Only classes without a TAG and
+    without their own ``__canonical__`` are composed; anything else is encoded whole. The result equals ``state_digest(state)`` (tests/effects/test_trace_fast.py checks
     every step of the golden scenarios); a reported mismatch is recomputed with ``state_digest``.
     """
 
