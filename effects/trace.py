@@ -1305,12 +1305,21 @@ class _StateDigester:
     """
 
     def __init__(self) -> None:
-        slots = _Items(lambda: _Layout(Slot, {}))
-        round_ = _Layout(Round, {"slots": slots})
-        self.top = _Layout(LoopState, {"round": round_, "ids": _Layout(Ids, {})})
+        slots = _Items(lambda: _Layout(Slot, {}) if _composed(Slot) else None)
+        nested: dict[str, _Layout | _Items] = {}
+        if _composed(Round):
+            nested["round"] = _Layout(Round, {"slots": slots})
+        if _composed(Ids):
+            nested["ids"] = _Layout(Ids, {})
+        self.text = _Layout(LoopState, nested).text if _composed(LoopState) else canonical_bytes
 
     def __call__(self, state: LoopState) -> str:
-        return hashlib.blake2b(self.top.text(state), digest_size=16).hexdigest()
+        return hashlib.blake2b(self.text(state), digest_size=16).hexdigest()
+
+
+def _composed(cls: type) -> bool:
+    """Whether canonical.py writes ``cls`` as the composition of its fields' texts."""
+    return getattr(cls, "__canonical__", None) is None and getattr(cls, "TAG", None) is None
 
 
 class _Layout:
@@ -1322,7 +1331,7 @@ class _Layout:
     """
 
     def __init__(self, cls: type, nested: Mapping[str, _Layout | _Items]) -> None:
-        if getattr(cls, "__canonical__", None) is not None or getattr(cls, "TAG", None):
+        if not _composed(cls):
             raise TypeError(f"{cls.__name__} is not composed from its fields")
         names = sorted(f.name for f in attrs.fields(cls))
         hints = typing.get_type_hints(cls)
@@ -1365,7 +1374,7 @@ class _Items:
     the items at the same places last time; with ``layout``, an item that changed is composed
     by a layout of its own place (a tool slot whose status changed keeps its input's text)."""
 
-    def __init__(self, layout: Callable[[], _Layout] | None = None) -> None:
+    def __init__(self, layout: Callable[[], _Layout | None] | None = None) -> None:
         self.values: tuple[Any, ...] = ()
         self.texts: list[bytes] = []
         self.layout = layout
@@ -1383,7 +1392,8 @@ class _Items:
             ]
         else:
             while len(self.layouts) < len(v):
-                self.layouts.append(self.layout().text)
+                made = self.layout()
+                self.layouts.append(canonical_bytes if made is None else made.text)
             layouts = self.layouts
             texts = [
                 old_texts[k] if k < keep and x is old[k] else layouts[k](x) for k, x in enumerate(v)

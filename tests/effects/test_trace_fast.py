@@ -209,3 +209,19 @@ def test_a_wrong_composition_is_never_trusted(
     monkeypatch.setattr(trace._StateDigester, "__call__", lambda self, state: "0" * 32)
     report = replay_exact(path)
     assert report.ok and report.steps == 51
+
+
+@pytest.mark.parametrize("whole", ["LoopState", "Round", "Ids", "Slot"])
+def test_a_class_encoded_whole_is_not_composed(
+    whole: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Were a state class to get a TAG or its own canonical form, the digester would encode it
+    whole (canonical_bytes) instead of composing it, and still give state_digest."""
+    monkeypatch.setattr(trace, "_composed", lambda cls: cls.__name__ != whole)
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 60)
+    walk = _Walk(TraceReader(path))
+    digest = _StateDigester()
+    for rec in walk:
+        if isinstance(rec, StepRecord):
+            assert walk.state is not None and digest(walk.state) == rec.digest
