@@ -8,13 +8,14 @@ under its own cancel scope, and reports back by feeding an event.
 
 Events are stepped one at a time, in the order they arrive, never two at once: whoever brings
 an event (a runner, or the consumer answering a permission or interrupting) steps it at once
-when nothing else is being stepped, and executes every effect that needs no waiting right
-there: starting or cancelling a handler, a permission the :class:`PermissionPolicy` settles
-(answered at once, without a task or the consumer), an item for a consumer already waiting.
-The first effect that has to wait, and what follows it, go to the driver task, which awaits
-them and then steps the events that arrived meanwhile. A tool turn thus takes two passes of
-the event loop (the model's, the tool's) and no task is started per effect: runner tasks wait
-idle for the next handler.
+when nothing else is being stepped, and executes the effects right there: starting or
+cancelling a handler, a permission the :class:`PermissionPolicy` settles (answered at once,
+without a task or the consumer), an item for a consumer already waiting. An item for a
+consumer that is not waiting stops the work until the consumer takes it; the consumer then
+carries the work on itself, before its ``__anext__`` returns. No task is woken just to step an
+event: a tool turn takes two passes of the event loop (the model's, the tool's), and no task is
+started per effect (runner tasks wait idle for the next handler). The driver task only runs
+``start()`` and reports a failure of ``step()`` or of the observer, which ends the run.
 
 Items for the consumer go through a zero-buffer hand-over (:class:`_Handoff`), so nothing
 advances until the consumer pulls (backpressure): nothing is stepped while an item waits for
@@ -292,9 +293,9 @@ class Run:
         self._tg: TaskGroup | None = None
         self._inbox: deque[Event] = deque()  # events not stepped yet, in arrival order
         self._busy = True  # an event is being stepped, or effects wait for the driver
-        self._pending: tuple[Effect, ...] = ()  # effects the driver must execute next
-        self._wake: _Signal | None = None  # set when the driver is idle
-        self._failure: Exception | None = None  # step() or the observer failed inline
+        self._pending: deque[Effect] = deque()  # effects returned by step(), not executed yet
+        self._wake: _Signal | None = None  # wakes the driver when the turn ends or fails
+        self._failure: Exception | None = None  # step() or the observer failed
         self._state: LoopState | None = None
         self._closed = False
         self._out: _Handoff[Item] = _Handoff()
@@ -377,39 +378,43 @@ class Run:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    # -- the driver --------------------------------------------------------------------------
+    # -- stepping ----------------------------------------------------------------------------
     #
     # Events are stepped one at a time, in arrival order, never two at once. Whoever brings
     # an event steps it at once when nothing else is being stepped (``_busy`` is False): a
     # runner finishing a tool, a model stream's next block, the consumer answering a
-    # permission. Every effect that completes without waiting is executed there and then;
-    # the first one that has to wait (an item for a consumer that is not waiting for it) and
-    # everything after it are handed to the driver task, which awaits them and then steps
-    # the events that arrived meanwhile. So a tool turn costs no wake-up of the driver unless
-    # the consumer is slower than the loop, and backpressure holds: nothing is stepped while
-    # an item waits for the consumer.
+    # permission. Every effect is executed there and then, except an item for a consumer that
+    # is not waiting for one: that item is held in the hand-over and the work stops (nothing
+    # is stepped, events queue) until the consumer takes it; the consumer then carries on
+    # with the work itself, in its ``__anext__``, before it returns the item. So no task is
+    # woken just to step an event, and backpressure holds: nothing advances until the
+    # consumer pulls. The driver task only runs ``start()`` and reports a failure.
 
     def _feed(self, event: Event) -> None:
         if self._closed:
             return  # the run has ended; late answers go nowhere
         self._inbox.append(event)
         if not self._busy:
-            self._step_inline()
+            self._work()
 
-    def _step_inline(self) -> None:
-        """Step the inbox in the feeder's task; hand the driver what has to wait."""
+    def _work(self) -> None:
+        """Execute the pending effects and step the inbox until both are empty, an item waits
+        for the consumer (the hand-over calls this again once it is taken) or the turn ends."""
         self._busy = True
+        pending, inbox = self._pending, self._inbox
         try:
-            while self._inbox:
-                fx = self._step(self._inbox.popleft())
-                for i, effect in enumerate(fx):
-                    if not self._apply(effect):
-                        self._pending = fx[i:]
-                        self._wake_driver()
-                        return
+            while True:
+                if pending:
+                    if not self._apply(pending.popleft()):
+                        return  # held for the consumer
                     if self.result is not None:
+                        self._out.close_sending()
                         self._wake_driver()
                         return
+                elif inbox:
+                    pending.extend(self._step(inbox.popleft()))
+                else:
+                    break
         except Exception as exc:  # a failure of step() or the observer ends the run
             self._failure = exc
             self._wake_driver()
@@ -442,37 +447,25 @@ class Run:
                 if self._observer is not None:
                     self._observer(None, state, fx)
             self._state = self.state = state
-            self._pending = fx
-            while True:
-                while True:  # the pending effects, then every event that came meanwhile
-                    fx, self._pending = self._pending, ()
-                    for effect in fx:
-                        if not self._apply(effect):
-                            await self._apply_waiting(effect)
-                        if self.result is not None:
-                            return
-                    if not self._inbox:
-                        break
-                    self._pending = self._step(self._inbox.popleft())
-                self._wake = wake = self._signal()
-                self._busy = False  # from now on, whoever brings an event steps it
-                await wake.wait()
-                if self._failure is not None:
-                    raise self._failure
-                if self.result is not None:
-                    return
+            self._pending.extend(fx)
+            self._wake = wake = self._signal()
+            self._work()
+            if self._failure is None and self.result is None:
+                await wake.wait()  # until the turn ends or stepping fails
+            if self._failure is not None:
+                raise self._failure
         finally:
             self._out.close_sending()
 
     def _apply(self, effect: Effect) -> bool:
-        """Execute an effect that needs no waiting; False if it has to wait (the driver then
-        runs it with :meth:`_apply_waiting`)."""
+        """Execute an effect; False if it is an item the consumer has yet to take."""
         match effect:
             case Emit(item=item):
-                if not self._out.offer(item):
-                    return False
                 if self._transcript is not None:
                     self._transcript.record(item)
+                if not self._out.offer(item):
+                    self._out.hold(item, self._work)
+                    return False
             case CallModel():
                 self._start(("model", effect.call_id), self._call_model, effect)
             case CancelModelCall(call_id=cid):
@@ -480,9 +473,12 @@ class Run:
             case AskPermission():
                 decision = self._permissions.decide(effect.name, effect.input)
                 if decision == "ask":
-                    return self._out.offer(PermissionRequest(self, effect))
-                # settled by the policy: answered at once, no task, no consumer
-                self._inbox.append(_policy_answer(effect, decision, self._now()))
+                    request = PermissionRequest(self, effect)
+                    if not self._out.offer(request):
+                        self._out.hold(request, self._work)
+                        return False
+                else:  # settled by the policy: answered at once, no task, no consumer
+                    self._inbox.append(_policy_answer(effect, decision, self._now()))
             case StartTool():
                 key = ("tool", (effect.generation, effect.tool_use_id))
                 self._start(key, self._run_tool, effect, self._tool_timeout_s)
@@ -515,16 +511,6 @@ class Run:
             case _:
                 assert_never(effect)
         return True
-
-    async def _apply_waiting(self, effect: Effect) -> None:
-        """An item for the consumer, who is not waiting for one: wait until it takes it."""
-        if isinstance(effect, Emit):
-            if self._transcript is not None:
-                self._transcript.record(effect.item)
-            await self._out.send(effect.item)
-        else:
-            assert isinstance(effect, AskPermission)
-            await self._out.send(PermissionRequest(self, effect))
 
     def _start(
         self, key: Key, handler: Handler, effect: Any, timeout_s: float = math.inf
@@ -719,12 +705,18 @@ E = TypeVar("E")
 
 
 class _Sender(Generic[T]):
-    __slots__ = ("item", "taken", "woken")
+    """An item offered to the consumer: by a task waiting in ``send`` (woken once it is
+    taken), or held for the machine's work (``on_taken`` carries it on)."""
 
-    def __init__(self, item: T, woken: _Signal) -> None:
+    __slots__ = ("item", "on_taken", "taken", "woken")
+
+    def __init__(
+        self, item: T, woken: _Signal | None, on_taken: Callable[[], None] | None = None
+    ) -> None:
         self.item = item
         self.taken = False
         self.woken = woken
+        self.on_taken = on_taken
 
 
 class _Receiver(Generic[T]):
@@ -737,15 +729,17 @@ class _Receiver(Generic[T]):
 
 
 class _Handoff(Generic[T]):
-    """A zero-buffer channel: ``send`` returns once a receiver has taken the item.
+    """A zero-buffer channel: an item is handed over only to a receiver that takes it.
 
-    The semantics of an anyio memory object stream of buffer size 0, with one loop iteration
-    fewer per item: an item handed to a receiver already waiting costs the sender no
-    checkpoint (it goes on stepping), and the receiver is woken with the item in hand. A
-    receive that finds a sender waiting checkpoints first, as anyio's does. A receiver
-    cancelled after it was handed an item does not lose it: the next receive returns it.
-    Closing the sending side ends the stream (``EndOfStream``) and withdraws items still
-    offered; closing the receiving side breaks it (``BrokenResourceError`` for senders).
+    The semantics of an anyio memory object stream of buffer size 0, with fewer trips
+    through the event loop: an item offered to a receiver already waiting costs the sender
+    no checkpoint, and the receiver is woken with the item in hand. An item nobody waits for
+    is either sent (``send`` waits until it is taken) or held (``hold``: the caller stops its
+    work, and the receiver that takes the item calls ``on_taken`` to carry it on before it
+    returns). A receive that finds an item ready is a cancellation point but takes the item
+    without a trip through the event loop. A receiver cancelled after it was handed an item
+    does not lose it: the next receive returns it. Closing the sending side ends the stream (``EndOfStream``) and withdraws
+    items still offered; closing the receiving side breaks it (``BrokenResourceError``).
     """
 
     __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders", "new_signal")
@@ -761,13 +755,17 @@ class _Handoff(Generic[T]):
     def offer(self, item: T) -> bool:
         """Hand ``item`` to a receiver already waiting, if there is one; never waits."""
         receivers = self._receivers
-        if not receivers or self._returned or self._ended or self._broken:
+        if not receivers or self._returned or self._senders or self._ended or self._broken:
             return False
         r = receivers.popleft()
         r.item = item
         r.filled = True
         r.woken.set()
         return True
+
+    def hold(self, item: T, on_taken: Callable[[], None]) -> None:
+        """Keep ``item`` for the next receive, which calls ``on_taken`` once it has it."""
+        self._senders.append(_Sender(item, None, on_taken))
 
     async def send(self, item: T) -> None:
         if self._ended:
@@ -779,7 +777,7 @@ class _Handoff(Generic[T]):
         s = _Sender(item, self.new_signal())
         self._senders.append(s)
         try:
-            await s.woken.wait()
+            await s.woken.wait()  # type: ignore[union-attr]
         finally:
             if not s.taken:
                 with contextlib.suppress(ValueError):
@@ -788,18 +786,19 @@ class _Handoff(Generic[T]):
             raise anyio.BrokenResourceError if self._broken else anyio.ClosedResourceError
 
     async def receive(self) -> T:
-        checkpointed = False
         while True:
             if self._returned or self._senders:
-                if not checkpointed:  # an item is ready: still a scheduling point
-                    await anyio.lowlevel.checkpoint()
-                    checkpointed = True
-                    continue
+                # An item is ready: a cancellation point, not a trip through the loop (the
+                # task taking a held item carries on the work that makes the next one).
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 if self._returned:
                     return self._returned.popleft()
                 s = self._senders.popleft()
                 s.taken = True
-                s.woken.set()
+                if s.woken is not None:
+                    s.woken.set()
+                if s.on_taken is not None:
+                    s.on_taken()
                 return s.item
             if self._ended:
                 raise anyio.EndOfStream
@@ -832,7 +831,9 @@ class _Handoff(Generic[T]):
         while self._receivers:
             self._receivers.popleft().woken.set()
         while self._senders:
-            self._senders.popleft().woken.set()
+            woken = self._senders.popleft().woken
+            if woken is not None:
+                woken.set()
 
 
 class _Signal(Protocol):
