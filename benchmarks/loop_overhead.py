@@ -11,7 +11,12 @@ between them: it leaves out building the agent and tearing it down, the same way
 The cost along the run is the mean gap between consecutive model calls in each tenth of the
 run; flatness is the last tenth over the first.
 
-Run alone: ``python -m benchmarks.loop_overhead [--quick]``.
+Beside the times, the passes of the event loop per tool turn are counted for steploop and the
+floor (a task that checkpoints once per pass runs beside one extra run of each): a count, not
+a time, so the load of a shared machine does not blur it.
+
+Run alone: ``python -m benchmarks.loop_overhead [--quick] [--no-peers] [--backend trio]
+[--sizes 50,200,1000] [--reps N] [--profile]``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from benchmarks.common import profile_top, progress, ratio_summary, summarize
 from benchmarks.workload import Runner, Stamps, run_floor, run_steploop, run_steploop_stamped
@@ -39,7 +45,7 @@ PEER_MODULES = ("langgraph_peer", "pydantic_ai_peer", "openai_agents_peer")
 GOAL_VS_PEER = 100.0  # steploop at least this many times faster than the fastest peer
 GOAL_VS_FLOOR = 3.0  # steploop at most this many times the floor
 GOAL_FLAT = 1.2  # last tenth at most this many times the first
-OURS = ("steploop", "steploop-stamped", "floor")
+OURS = ("steploop", "floor")
 
 
 @dataclass
@@ -56,7 +62,6 @@ def contenders(peers: bool = True) -> list[Contender]:
 
     out = [
         Contender("steploop", f"steploop {version('steploop')}", run_steploop),
-        Contender("steploop-stamped", f"steploop {version('steploop')}", run_steploop_stamped),
         Contender("floor", f"anyio {version('anyio')}", run_floor),
     ]
     if not peers:
@@ -82,12 +87,12 @@ def _tenths(gaps: Sequence[float]) -> list[float]:
     ]
 
 
-def sample(runner: Runner, n: int) -> dict[str, Any]:
+def sample(runner: Runner, n: int, backend: str = "asyncio") -> dict[str, Any]:
     """One run of ``n`` turns: cost per turn, per tenth, and the whole run's wall time."""
     gc.collect()
     stamps = Stamps()
     start = time.perf_counter()
-    anyio.run(runner, n, stamps)
+    anyio.run(runner, n, stamps, backend=backend)
     wall = time.perf_counter() - start
     calls = stamps.calls
     if len(calls) != n:
@@ -102,17 +107,50 @@ def sample(runner: Runner, n: int) -> dict[str, Any]:
     }
 
 
+async def _count_passes(runner: Runner, n: int, stamps: Stamps) -> int:
+    """Passes of the event loop while ``runner`` runs ``n`` turns: a task beside it
+    checkpoints once per pass."""
+    passes = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal passes
+        while not done:
+            await anyio.lowlevel.checkpoint()
+            passes += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await anyio.lowlevel.checkpoint()
+        first = passes
+        await runner(n, stamps)
+        done = True
+    return passes - first
+
+
+def passes_per_turn(runner: Runner, n: int, backend: str = "asyncio") -> float:
+    """Event-loop passes per tool turn over a run of ``n`` turns (start and end included)."""
+    passes = anyio.run(_count_passes, runner, n, Stamps(), backend=backend)
+    return round(passes / (n - 1), 2)
+
+
 def measure(
-    sizes: Sequence[int], reps: int, *, peers: bool = True, warmup_turns: int = 20
+    sizes: Sequence[int],
+    reps: int,
+    *,
+    peers: bool = True,
+    warmup_turns: int = 20,
+    backend: str = "asyncio",
 ) -> dict[str, Any]:
-    """Run every contender at every size, ``reps`` interleaved repetitions; see the module doc."""
-    field = contenders(peers)
+    """Run every contender at every size, ``reps`` interleaved repetitions; see the module doc.
+    The peers run on asyncio only."""
+    field = contenders(peers and backend == "asyncio")
     runnable = [c for c in field if c.runner is not None]
     failed: dict[str, str] = {}
     for c in runnable:  # imports, first-call caches, lazy compilation
         assert c.runner is not None
         try:
-            sample(c.runner, warmup_turns)
+            sample(c.runner, warmup_turns, backend)
         except Exception as exc:
             failed[c.name] = f"{type(exc).__name__}: {exc}"
             progress(f"loop overhead: {c.name} failed to run: {failed[c.name]}")
@@ -127,7 +165,7 @@ def measure(
             for c in active[shift:] + active[:shift]:
                 assert c.runner is not None
                 try:
-                    s = sample(c.runner, n)
+                    s = sample(c.runner, n, backend)
                 except Exception as exc:
                     failed[c.name] = f"{type(exc).__name__}: {exc}"
                     progress(f"loop overhead: {c.name} failed at n={n}: {failed[c.name]}")
@@ -137,7 +175,14 @@ def measure(
                     f"loop overhead rep {rep + 1}/{reps} n={n:>5} {c.name:<14}"
                     f" {s['per_turn_us']:10.1f} µs/turn  flat {s['flatness']:.2f}"
                 )
-    return _report(field, sizes, samples, failed)
+    report = _report(field, sizes, samples, failed)
+    report["backend"] = backend
+    report["passes_per_turn"] = {
+        c.name: {str(n): passes_per_turn(c.runner, n, backend) for n in sizes}
+        for c in runnable
+        if c.name in OURS and c.name not in failed and c.runner is not None
+    }
+    return report
 
 
 def _report(
@@ -184,14 +229,13 @@ def _report(
     ratios: dict[str, Any] = {}
     for n in sizes:
         row: dict[str, Any] = {}
-        for ours in ("steploop", "steploop-stamped"):
-            num, den = paired(ours, "floor", n)
+        num, den = paired("steploop", "floor", n)
+        if num:
+            row["steploop_over_floor"] = ratio_summary(num, den)
+        for p in peers:
+            num, den = paired(p, "steploop", n)
             if num:
-                row[f"{ours}_over_floor"] = ratio_summary(num, den)
-            for p in peers:
-                num, den = paired(p, ours, n)
-                if num:
-                    row[f"{p}_over_{ours}"] = ratio_summary(num, den, 1)
+                row[f"{p}_over_steploop"] = ratio_summary(num, den, 1)
         ratios[str(n)] = row
 
     goals: dict[str, Any] = {}
@@ -237,15 +281,17 @@ def _report(
     }
 
 
-def profile(n: int, *, stamped: bool = False) -> dict[str, Any]:
-    """cProfile of one steploop run of ``n`` turns (for a missed goal)."""
+def profile(n: int, *, stamped: bool = False, backend: str = "asyncio") -> dict[str, Any]:
+    """cProfile of one steploop run of ``n`` turns (for a missed goal). ``stamped`` (the model
+    stamps its own events) is kept for callers; since the clock fix it profiles the same."""
     runner = run_steploop_stamped if stamped else run_steploop
     return profile_top(
-        lambda: anyio.run(runner, n, Stamps()),
+        lambda: anyio.run(runner, n, Stamps(), backend=backend),
         focus=(
             "reducer/machine.py:step",
             "reducer/context.py:microcompact",
-            "effects/run.py:_execute",
+            "effects/run.py:_work",
+            "effects/run.py:_serve",
             "effects/tools/base.py:run",
         ),
     )
@@ -253,11 +299,25 @@ def profile(n: int, *, stamped: bool = False) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="sizes 50,200 and 3 repetitions")
+    ap.add_argument("--no-peers", action="store_true", help="steploop and the floor only")
+    ap.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio",
+                    help="the anyio backend (peers run on asyncio only)")
+    ap.add_argument("--sizes", help="turns per run, comma-separated (default 50,200,1000)")
+    ap.add_argument("--reps", type=int, help="interleaved repetitions (default 5)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also a cProfile of one steploop run at the largest size")
     args = ap.parse_args()
-    sizes, reps = ((50, 200), 3) if args.quick else ((50, 200, 1000), 5)
-    print(json.dumps(measure(sizes, reps, peers=not args.no_peers), indent=2))
+    sizes: tuple[int, ...] = (50, 200) if args.quick else (50, 200, 1000)
+    reps = 3 if args.quick else 5
+    if args.sizes:
+        sizes = tuple(int(x) for x in args.sizes.split(","))
+    if args.reps:
+        reps = args.reps
+    result = measure(sizes, reps, peers=not args.no_peers, backend=args.backend)
+    if args.profile:
+        result["profile"] = profile(max(sizes), backend=args.backend)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
