@@ -34,7 +34,15 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, TypeVar, assert_never
@@ -481,7 +489,7 @@ class Run:
                     self._inbox.append(_policy_answer(effect, decision, self._now()))
             case StartTool():
                 key = ("tool", (effect.generation, effect.tool_use_id))
-                self._start(key, self._run_tool, effect, self._tool_timeout_s)
+                self._start(key, self._run_tool, effect)
             case CancelTools(generation=gen, tool_use_ids=ids):
                 for tid in ids:
                     self._cancel(("tool", (gen, tid)))
@@ -512,16 +520,13 @@ class Run:
                 assert_never(effect)
         return True
 
-    def _start(
-        self, key: Key, handler: Handler, effect: Any, timeout_s: float = math.inf
-    ) -> None:
+    def _start(self, key: Key, handler: Handler, effect: Any) -> None:
         """Run ``handler(effect)`` concurrently, under a cancel scope ``_cancel(key)`` cancels.
 
         An idle runner task takes it if there is one (a wake-up, cheaper than a new task);
         otherwise a new runner is started. The scope exists from now on, so a cancel that
-        comes before the runner enters it still applies; ``timeout_s`` is its deadline."""
-        deadline = math.inf if timeout_s == math.inf else anyio.current_time() + timeout_s
-        scope = self._scope(deadline=deadline)
+        comes before the runner enters it still applies."""
+        scope = self._scope()
         self._scopes[key] = scope
         job = (key, scope, handler, effect)
         if self._idle:
@@ -607,12 +612,22 @@ class Run:
         )
 
     async def _run_tool(self, effect: StartTool, scope: anyio.CancelScope) -> None:
-        """The call's deadline is the runner's scope: past it, a timeout result; cancelled by
-        the machine (``_cancel`` dropped the scope), nothing."""
+        """The call's deadline is on the runner's scope: past it, a timeout result; cancelled
+        by the machine (``_cancel`` dropped the scope), nothing.
+
+        The call's first step runs at once; only a call that then waits gets the deadline (a
+        timer), so a call that finishes without waiting costs no timer."""
         ctx = ToolContext(workspace=self._workspace, tool_use_id=effect.tool_use_id)
         out: ToolOutput | None = None
         try:
-            out = await self._tools.call(effect.name, effect.input, ctx)
+            call = self._tools.call(effect.name, effect.input, ctx)
+            try:
+                first = call.send(None)
+            except StopIteration as done:  # finished without waiting
+                out = done.value
+            else:
+                scope.deadline = anyio.current_time() + self._tool_timeout_s
+                out = await _Rest(call, first)
         finally:
             key = ("tool", (effect.generation, effect.tool_use_id))
             if out is None and scope.cancel_called and self._scopes.get(key) is scope:
@@ -702,6 +717,39 @@ class Run:
 
 T = TypeVar("T")
 E = TypeVar("E")
+
+
+class _Rest(Generic[T]):
+    """Await the rest of a coroutine whose first step already ran and yielded ``first``: what
+    ``await`` does, from the second step on. Each value the coroutine yields goes to the event
+    loop, and what the loop sends or throws back goes to the coroutine."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    result: T = done.value
+                    return result
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    result = done.value
+                    return result
 
 
 class _Sender(Generic[T]):
