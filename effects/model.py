@@ -829,7 +829,7 @@ class AnthropicModelClient:
                 if block_event is not None:
                     yield block_event
         finally:
-            await _dispose(response, sse_events)
+            await _dispose(response, sse_events, complete=assembler.stopped and failure is None)
 
         if failure is not None:
             yield failure
@@ -935,14 +935,31 @@ def _decode(event: str | None, data: str) -> tuple[str, dict[str, Any], str | No
     return (name if isinstance(name, str) else ""), payload, None
 
 
-async def _dispose(response: httpx2.Response, events: AsyncIterator[object]) -> None:
-    """Close the response, then run the event iterator to its end.
+_BODY_END_S = 0.25
+"""How long a complete message's response waits for the rest of its body (seconds)."""
 
-    After the close the iterator yields what was already buffered and then fails on the
+
+async def _dispose(
+    response: httpx2.Response, events: AsyncIterator[object], *, complete: bool = False
+) -> None:
+    """Finish the response: read the rest of a complete message's body, close, drain.
+
+    After ``message_stop`` only the end of the chunked body is left. Reading it lets the SDK
+    put the connection back in its pool (keep-alive: the next call needs no new connection
+    or TLS handshake); a response closed before it takes its connection with it. That read
+    waits at most :data:`_BODY_END_S`. Then the response is closed and the event iterator
+    run to its end: after a close it yields what was already buffered and then fails on the
     closed connection; that failure finishes every generator in the chain, so none is left
     suspended for the garbage collector (which trio would report).
     """
     with anyio.CancelScope(shield=True):
+        if complete:
+            with anyio.move_on_after(_BODY_END_S):
+                while True:
+                    try:
+                        await anext(events)
+                    except Exception:  # StopAsyncIteration: the body ended
+                        break
         await response.aclose()
         while True:
             try:
