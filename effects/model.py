@@ -14,6 +14,10 @@ way. Tool input is parsed strictly, once, from the concatenated ``input_json_del
 that does not parse (typically cut off by max_tokens) is reported as ``input={}`` with
 ``input_complete=False`` so the machine never runs it.
 
+Per call the client converts only the conversation records appended since its previous request
+(the same bytes :func:`build_request` gives), and after ``message_stop`` it reads the end of the
+response body (briefly) so the SDK can reuse the connection for the next call.
+
 Failure classification (``kind`` is one of :data:`reducer.events.FAILURE_KINDS`):
 
 =====================================================  ===================
