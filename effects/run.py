@@ -564,11 +564,11 @@ class Run:
 
     async def _call_model(self, effect: CallModel, scope: anyio.CancelScope) -> None:
         if self._timeouts.model_s is None:
-            result = await self._stream_model(effect)
+            result = await self._stream_model(effect, scope)
         else:
             result = None
             with anyio.move_on_after(self._timeouts.model_s) as deadline:
-                result = await self._stream_model(effect)
+                result = await self._stream_model(effect, None)
             if deadline.cancelled_caught:
                 result = ModelCallFailed(
                     call_id=effect.call_id,
@@ -578,10 +578,17 @@ class Run:
         if result is not None:
             self._feed(_stamped(result, self._now()))
 
-    async def _stream_model(self, effect: CallModel) -> ModelCallFailed | None:
-        """Feed the client's events; return a failure to report instead, if any."""
+    async def _stream_model(
+        self, effect: CallModel, scope: anyio.CancelScope | None
+    ) -> ModelCallFailed | None:
+        """Feed the client's events; return a failure to report instead, if any.
+
+        The stream is closed shielded from cancellation. When the response ended and
+        ``scope`` (the runner's, the innermost) was not cancelled, that scope becomes the
+        shield: the call is dropped from the cancellable ones first (it is over)."""
         stream = self._model.stream(effect)
         call_id = effect.call_id
+        ended = False
         try:
             async for event in stream:
                 if (
@@ -595,6 +602,7 @@ class Run:
                     )
                 self._feed(_stamped(event, self._now()))  # one clock for every event
                 if not isinstance(event, ModelBlockReceived):  # the response's last event
+                    ended = True
                     return None
         except Exception as exc:  # a broken client is a model error, not a crash of the run
             return ModelCallFailed(
@@ -603,8 +611,15 @@ class Run:
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
-                with self._scope(shield=True):
+                if ended and scope is not None and not scope.cancel_called:
+                    key = ("model", call_id)
+                    if self._scopes.get(key) is scope:
+                        del self._scopes[key]
+                    scope.shield = True
                     await aclose()
+                else:
+                    with self._scope(shield=True):
+                        await aclose()
         return ModelCallFailed(
             call_id=call_id,
             kind="stream_broken",
