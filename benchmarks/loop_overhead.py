@@ -16,21 +16,26 @@ floor (a task that checkpoints once per pass runs beside one extra run of each):
 a time, so the load of a shared machine does not blur it.
 
 Run alone: ``python -m benchmarks.loop_overhead [--quick] [--no-peers] [--backend trio]
-[--sizes 50,200,1000] [--reps N] [--profile]``.
+[--sizes 50,200,1000] [--reps N] [--baseline REV] [--profile]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib
 import itertools
 import json
 import statistics
+import subprocess
+import sys
 import time
 import traceback
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -56,13 +61,35 @@ class Contender:
     missing: str | None = None  # why it cannot run here
 
 
-def contenders(peers: bool = True) -> list[Contender]:
-    """steploop, the floor, and each peer that imports (the others with the reason)."""
+def baseline(rev: str) -> Contender:
+    """steploop with the interpreter (``effects/run.py``) of git revision ``rev`` and today's
+    everything else: the same ``step()``, tools and workload, so the two interpreters compare
+    side by side. The file is loaded from ``git show`` as a module of its own."""
+    name = f"steploop@{rev}"
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{rev}:effects/run.py"],
+            capture_output=True, text=True, check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        ).stdout
+        module = types.ModuleType(f"_steploop_run_{abs(hash(rev))}")
+        module.__file__ = f"{rev}:effects/run.py"
+        sys.modules[module.__name__] = module  # attrs and typing look classes up by module
+        exec(compile(source, module.__file__, "exec"), module.__dict__)
+    except Exception as exc:
+        return Contender(name, "", None, f"{type(exc).__name__}: {exc}")
+    return Contender(name, f"effects/run.py of {rev}", functools.partial(run_steploop, run_fn=module.run))
+
+
+def contenders(peers: bool = True, baselines: Sequence[str] = ()) -> list[Contender]:
+    """steploop, the floor, steploop with earlier interpreters, and each peer that imports
+    (the others with the reason)."""
     from importlib.metadata import version
 
     out = [
         Contender("steploop", f"steploop {version('steploop')}", run_steploop),
         Contender("floor", f"anyio {version('anyio')}", run_floor),
+        *(baseline(rev) for rev in baselines),
     ]
     if not peers:
         return out
@@ -85,6 +112,10 @@ def _tenths(gaps: Sequence[float]) -> list[float]:
         for i in range(10)
         if edges[i + 1] > edges[i]
     ]
+
+
+def _ours(name: str) -> bool:
+    return name in OURS or name.startswith("steploop@")
 
 
 def sample(runner: Runner, n: int, backend: str = "asyncio") -> dict[str, Any]:
@@ -141,10 +172,11 @@ def measure(
     peers: bool = True,
     warmup_turns: int = 20,
     backend: str = "asyncio",
+    baselines: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run every contender at every size, ``reps`` interleaved repetitions; see the module doc.
-    The peers run on asyncio only."""
-    field = contenders(peers and backend == "asyncio")
+    The peers run on asyncio only; ``baselines`` are git revisions whose interpreter runs too."""
+    field = contenders(peers and backend == "asyncio", baselines)
     runnable = [c for c in field if c.runner is not None]
     failed: dict[str, str] = {}
     for c in runnable:  # imports, first-call caches, lazy compilation
@@ -180,7 +212,7 @@ def measure(
     report["passes_per_turn"] = {
         c.name: {str(n): passes_per_turn(c.runner, n, backend) for n in sizes}
         for c in runnable
-        if c.name in OURS and c.name not in failed and c.runner is not None
+        if _ours(c.name) and c.name not in failed and c.runner is not None
     }
     return report
 
@@ -225,13 +257,21 @@ def _report(
         return [a[i] for i in reps], [b[i] for i in reps]
 
     largest = max(sizes)
-    peers = [c.name for c in field if c.name not in OURS and by_rep(c.name, largest)]
+    peers = [c.name for c in field if not _ours(c.name) and by_rep(c.name, largest)]
+    earlier = [c.name for c in field if c.name.startswith("steploop@")]
     ratios: dict[str, Any] = {}
     for n in sizes:
         row: dict[str, Any] = {}
         num, den = paired("steploop", "floor", n)
         if num:
             row["steploop_over_floor"] = ratio_summary(num, den)
+        for e in earlier:
+            num, den = paired(e, "floor", n)
+            if num:
+                row[f"{e}_over_floor"] = ratio_summary(num, den)
+            num, den = paired("steploop", e, n)
+            if num:
+                row[f"steploop_over_{e}"] = ratio_summary(num, den)
         for p in peers:
             num, den = paired(p, "steploop", n)
             if num:
@@ -305,6 +345,8 @@ def main() -> None:
                     help="the anyio backend (peers run on asyncio only)")
     ap.add_argument("--sizes", help="turns per run, comma-separated (default 50,200,1000)")
     ap.add_argument("--reps", type=int, help="interleaved repetitions (default 5)")
+    ap.add_argument("--baseline", action="append", default=[], metavar="REV",
+                    help="also run steploop with the effects/run.py of this git revision")
     ap.add_argument("--profile", action="store_true",
                     help="also a cProfile of one steploop run at the largest size")
     args = ap.parse_args()
@@ -314,7 +356,9 @@ def main() -> None:
         sizes = tuple(int(x) for x in args.sizes.split(","))
     if args.reps:
         reps = args.reps
-    result = measure(sizes, reps, peers=not args.no_peers, backend=args.backend)
+    result = measure(
+        sizes, reps, peers=not args.no_peers, backend=args.backend, baselines=args.baseline
+    )
     if args.profile:
         result["profile"] = profile(max(sizes), backend=args.backend)
     print(json.dumps(result, indent=2))

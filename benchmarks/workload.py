@@ -136,14 +136,16 @@ async def run_steploop(
     stamps: Stamps,
     config: LoopConfig | None = None,
     model_clock: Callable[[], int] | None = None,
+    run_fn: Callable[..., Any] = run,
 ) -> None:
     """The workload through ``effects.run.run`` (reducer + interpreter), items consumed.
 
-    ``model_clock`` stamps the model's events (None: ``at_ms`` 0, as the default clients do).
+    ``model_clock`` stamps the model's events (None: ``at_ms`` 0, as the default clients do);
+    ``run_fn`` is the interpreter's ``run`` (another version's, to compare interpreters).
     """
     tools = ToolRegistry([InstantTool()])
     model = CounterModel(n, stamps, tools.traits, model_clock)
-    async with run(
+    async with run_fn(
         PROMPT,
         model=model,
         tools=tools,
@@ -173,9 +175,9 @@ async def run_floor(n: int, stamps: Stamps) -> None:
     """A minimal anyio loop with a dict state.
 
     Per turn: call the counter model, start the tool as a task of one task group, get its
-    result back through a memory object stream, append both messages to the state. That is
-    the primitive steploop's interpreter uses for every tool (a task per call, results as
-    events on a stream) and nothing else: no reducer, no validation, no permissions.
+    result back through a memory object stream, append both messages to the state: the
+    plainest anyio way to run a tool concurrently and hear back from it, and nothing else: no
+    reducer, no validation, no permissions, no consumer.
     """
     state: dict[str, Any] = {"messages": [{"role": "user", "content": PROMPT}], "turn": 0}
     send, recv = anyio.create_memory_object_stream[tuple[str, str]](1)
