@@ -1503,7 +1503,7 @@ def _digest_mismatch(
 
 Verify: TypeAlias = Literal["every", "checkpoint"]
 VERIFY_POLICIES: tuple[str, ...] = ("every", "checkpoint")
-DEFAULT_CHECKPOINT_EVERY = 256
+DEFAULT_CHECKPOINT_EVERY = 64
 
 
 @attrs.frozen
