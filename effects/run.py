@@ -132,7 +132,9 @@ class StopHookRunner(Protocol):
 
 
 StepObserver = Callable[[Event | None, LoopState, tuple[Effect, ...]], None]
-"""Called after start() (event None) and after every step(); the trace recorder is one."""
+"""Called after start() (event None) and after every step(); the trace recorder is one. It
+runs in the task that stepped the event (a runner, the consumer, the driver), never two at
+once, before any of the step's effects is executed; if it raises, the run fails with that."""
 
 
 @attrs.frozen(kw_only=True)

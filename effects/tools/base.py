@@ -11,7 +11,8 @@ an interrupt and must see them stop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -126,6 +127,81 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+)
+_PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: type(v) is str,
+    "integer": lambda v: type(v) is int,
+    "number": lambda v: type(v) is int or type(v) is float,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+    "array": lambda v: type(v) is list,
+    "object": lambda v: type(v) is dict,
+}
+
+
+def _quick_property(schema: Any) -> Callable[[Any], bool] | None:
+    """A check for a property schema of a plain type, with ``minimum``/``maximum`` for
+    integers; None for anything else."""
+    if not isinstance(schema, dict) or not set(schema) <= {"type", "minimum", "maximum"} | _ANNOTATIONS:
+        return None
+    kind = schema.get("type")
+    is_type = _PLAIN_TYPES.get(kind) if isinstance(kind, str) else None
+    if is_type is None:
+        return None
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is None and high is None:
+        return is_type
+    if kind != "integer" or any(b is not None and type(b) is not int for b in (low, high)):
+        return None
+    lo = -math.inf if low is None else low
+    hi = math.inf if high is None else high
+    return lambda v: type(v) is int and lo <= v <= hi
+
+
+def _quick_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A fast check for the plain object schemas tools have (``type: object``, properties of
+    plain types, ``required``, ``additionalProperties`` true or false), or None.
+
+    It answers True only for inputs the schema accepts, and is strict about types (a str
+    subclass, a float for an integer, a Mapping that is not a dict all get False); a False
+    sends the input to the full validator, which gives the verdict and the message."""
+    allowed = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS
+    if not isinstance(schema, dict) or schema.get("type") != "object" or not set(schema) <= allowed:
+        return None
+    props: dict[str, Callable[[Any], bool]] = {}
+    for key, sub in schema.get("properties", {}).items():
+        check = _quick_property(sub)
+        if check is None:
+            return None
+        props[key] = check
+    required = schema.get("required", [])
+    additional = schema.get("additionalProperties", True)
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return None
+    if not isinstance(additional, bool):
+        return None
+    needed = tuple(required)
+
+    def accepts(value: Any) -> bool:
+        if type(value) is not dict:
+            return False
+        for key in needed:
+            if key not in value:
+                return False
+        for key, item in value.items():
+            check = props.get(key)
+            if check is None:
+                if not additional:
+                    return False
+            elif not check(item):
+                return False
+        return True
+
+    return accepts
+
+
 def _format_path(path: Iterable[Any]) -> str:
     out = "input"
     for part in path:
@@ -143,6 +219,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool]) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Any] = {}
+        self._accepts: dict[str, Callable[[Any], bool] | None] = {}
         for tool in tools:
             if not isinstance(tool, Tool):
                 raise TypeError(f"{tool!r} does not implement the Tool protocol")
@@ -158,6 +235,7 @@ class ToolRegistry:
                 ) from exc
             self._tools[name] = tool
             self._validators[name] = Draft202012Validator(schema)
+            self._accepts[name] = _quick_check(schema)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -183,6 +261,9 @@ class ToolRegistry:
         validator = self._validators.get(name)
         if validator is None:
             return f"No such tool available: {name}"
+        accepts = self._accepts.get(name)
+        if accepts is not None and accepts(input):  # a plain schema, and the input fits it
+            return None
         if validator.is_valid(input):  # the common case: no error to rank
             return None
         error = best_match(validator.iter_errors(input))
