@@ -302,7 +302,7 @@ class Run:
         self._idle: list[_Runner] = []  # runner tasks waiting for their next handler
         self._tg: TaskGroup | None = None
         self._inbox: deque[Event] = deque()  # events not stepped yet, in arrival order
-        self._busy = True  # an event is being stepped, or effects wait for the driver
+        self._busy = True  # stepping now, an item waits for the consumer, or the turn ended
         self._pending: deque[Effect] = deque()  # effects returned by step(), not executed yet
         self._wake: _Signal | None = None  # wakes the driver when the turn ends or fails
         self._failure: Exception | None = None  # step() or the observer failed
@@ -318,7 +318,11 @@ class Run:
     # -- public API ------------------------------------------------------------------------
 
     def interrupt(self, kind: Literal["hard", "submit"] = "hard") -> None:
-        """Interrupt the turn: ``hard`` (Esc) or ``submit`` (the user sent a new message)."""
+        """Interrupt the turn: ``hard`` (Esc) or ``submit`` (the user sent a new message).
+
+        Call it from a task of the run's event loop. The interrupt is stepped at once unless
+        something else is being stepped or an item waits for the consumer (then it is stepped
+        next, in order)."""
         if self.result is None:
             self._feed(Interrupted(kind=kind, at_ms=self._now()))
 
