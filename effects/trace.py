@@ -879,6 +879,7 @@ def _fast_table(
 # below it returns for the same data, or raises (anything); the general code then decides and
 # words the error. Events carrying messages (refs) and effects carrying a message (a ref) are
 # left to the general code.
+_FAST_MESSAGE = fast_structurer(Message)
 _FAST_EVENTS = _fast_table((c for c in _EVENT_CLASSES if c is not CompactionFinished), {})
 _FAST_EFFECTS = _fast_table(
     _EFFECT_CLASSES,
@@ -1101,7 +1102,15 @@ class TraceReader:
             mid = obj["id"]
             if not isinstance(mid, str):
                 raise _Bad("message record: 'id' must be a string")
-            msg: Message = _structure(obj["message"], Message, f"message {mid!r}")
+            msg: Message | None = None
+            if _FAST_MESSAGE is not None:
+                try:
+                    msg = _FAST_MESSAGE(obj["message"])
+                except Exception:  # _structure decides, and words the error
+                    msg = None
+            if msg is None:
+                msg = _structure(obj["message"], Message, f"message {mid!r}")
+                assert msg is not None
             if msg.id != mid:
                 raise _Bad(f"message record: id {mid!r} but the message's id is {msg.id!r}")
             b.bind(msg)
@@ -1506,8 +1515,7 @@ VERIFY_POLICIES: tuple[str, ...] = ("every", "checkpoint")
 DEFAULT_CHECKPOINT_EVERY = 64
 
 
-@attrs.frozen
-class _Pending:
+class _Pending(typing.NamedTuple):
     """A step whose effects matched and whose state digest is not checked yet (checkpoint
     policy), with what a report at that step would say."""
 

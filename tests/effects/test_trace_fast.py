@@ -57,6 +57,7 @@ def _general_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trace, "_FAST_EVENTS", {})
     monkeypatch.setattr(trace, "_FAST_EFFECTS", {})
     monkeypatch.setattr(trace, "_fast_effect", lambda data, b: None)
+    monkeypatch.setattr(trace, "_FAST_MESSAGE", None)
     monkeypatch.setattr(serialize, "_FAST", _NoFastPath())
 
 
