@@ -165,7 +165,7 @@ _MIN_SECRET_LEN = 8
 _SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 _SECRET_KEY = re.compile(r"key|token|secret|password|auth|credential|cookie", re.I)
 _HEX32 = re.compile(r"[0-9a-f]{32}")
-_HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX_DIGITS = "0123456789abcdef"  # s.strip(_HEX_DIGITS) == "": s is lowercase hex (or empty)
 
 _MESSAGE_TYPES = (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage)
 _CONV_EFFECTS = (CallModel, Compact, RunStopHooks, SummarizeToolUse)
@@ -1200,7 +1200,7 @@ class TraceReader:
             for k, d in enumerate(raw_fx)
         )
         digest = obj["digest"]
-        if not isinstance(digest, str) or not _HEX32.fullmatch(digest):
+        if digest.__class__ is not str or len(digest) != 32 or digest.strip(_HEX_DIGITS):
             raise _Bad(f"step {i}: 'digest' must be 32 lowercase hex digits")
         phase = obj["phase"]
         if phase not in PHASES:
@@ -1213,7 +1213,10 @@ class TraceReader:
             transition = _structure(obj["transition"], Transition, f"step {i}: transition")
         fields = obj.get("fields", {})
         if not isinstance(fields, dict) or not all(
-            k in _STATE_FIELD_SET and isinstance(v, str) and _HEX16.fullmatch(v)
+            k in _STATE_FIELD_SET
+            and v.__class__ is str
+            and len(v) == 16
+            and not v.strip(_HEX_DIGITS)
             for k, v in fields.items()
         ):
             raise _Bad(f"step {i}: 'fields' must map state field names to 16 hex digits")

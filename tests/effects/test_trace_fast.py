@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,32 @@ def test_a_class_encoded_whole_is_not_composed(
     for rec in walk:
         if isinstance(rec, StepRecord):
             assert walk.state is not None and digest(walk.state) == rec.digest
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("digest", "A" * 32, "step 1: 'digest' must be 32 lowercase hex digits"),
+        ("digest", "a" * 31, "step 1: 'digest' must be 32 lowercase hex digits"),
+        ("digest", "a" * 31 + "\n", "step 1: 'digest' must be 32 lowercase hex digits"),
+        ("digest", 7, "step 1: 'digest' must be 32 lowercase hex digits"),
+        ("fields", {"round": "0123456789ABCDEF"}, "step 1: 'fields' must map"),
+        ("fields", {"round": "0123456789abcde"}, "step 1: 'fields' must map"),
+        ("fields", {"round": "0123456789abcdeg"}, "step 1: 'fields' must map"),
+        ("fields", {"rounds": "0123456789abcdef"}, "step 1: 'fields' must map"),
+        ("fields", {"round": 5}, "step 1: 'fields' must map"),
+    ],
+)
+def test_digests_and_field_digests_are_lowercase_hex(
+    key: str, value: Any, message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 3)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    n = next(n for n, line in enumerate(lines) if line.startswith('{"record":"step","i":1,'))
+    obj = json.loads(lines[n])
+    obj[key] = value
+    lines[n] = json.dumps(obj)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(TraceError, match=f":{n + 1}: " + re.escape(message)):
+        replay_exact(path)
