@@ -1370,7 +1370,7 @@ class _Layout:
             elif typing.get_origin(hints[name]) is tuple:
                 ns[f"E{n}"] = _Items().text
             else:
-                ns[f"E{n}"] = canonical_bytes
+                ns[f"E{n}"] = _value_text
             lines += [
                 f"    if x{n} is not V[{n}]:",
                 f"        V[{n}] = x{n}",
@@ -1379,6 +1379,18 @@ class _Layout:
         lines.append("    return JOIN(T)")
         exec(compile("\n".join(lines) + "\n", f"<state text {cls.__qualname__}>", "exec"), ns)
         self.text: Callable[[Any], bytes] = ns["text"]
+
+
+def _value_text(v: Any) -> bytes:
+    """``canonical_bytes(v)``, with the JSON of an int, a bool and None written here."""
+    cls = v.__class__
+    if cls is int:
+        return b"%d" % v
+    if cls is bool:
+        return b"true" if v else b"false"
+    if v is None:
+        return b"null"
+    return canonical_bytes(v)
 
 
 class _Items:

@@ -30,7 +30,7 @@ from effects.trace import (
     replay_exact,
 )
 from reducer import Request, default, start
-from reducer.canonical import state_digest
+from reducer.canonical import canonical_bytes, state_digest
 from reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
 from reducer.messages import ToolUseBlock, Usage
 
@@ -256,3 +256,8 @@ def test_digests_and_field_digests_are_lowercase_hex(
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(TraceError, match=f":{n + 1}: " + re.escape(message)):
         replay_exact(path)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2**70, True, False, None, 'é\u2028"x', 1.5, (), ("a", 1)])
+def test_a_field_value_is_written_as_canonical_bytes_writes_it(value: Any) -> None:
+    assert trace._value_text(value) == canonical_bytes(value)
