@@ -17,7 +17,8 @@ A conversation carried by an effect is written as ``{"length", "digest"}``; repl
 Recording: :class:`TraceRecorder` is an ``observer=`` for :func:`effects.run.run`;
 :func:`record_sequence` and :func:`record_driver` record without the interpreter.
 Reading: :class:`TraceReader` streams a file line by line and raises :class:`TraceError`
-(``FILE:LINE: what is wrong``). Replaying: :func:`replay_exact`, :func:`replay_counterfactual`.
+(``FILE:LINE: what is wrong``). Replaying: :func:`replay_exact` (every state digest checked, or
+only at checkpoints with ``verify="checkpoint"``), :func:`replay_counterfactual`.
 Resuming: :func:`prepare_resume` and :func:`resume_trace`.
 """
 
