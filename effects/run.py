@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import time
 from collections import deque
@@ -235,7 +236,7 @@ class RunResult:
 
 Item = Emitted | PermissionRequest | TextDelta
 Key = tuple[str, object]  # a running handler: its kind and the effect's id
-Handler = Callable[[Any, anyio.CancelScope], Awaitable[None]]
+Handler = Callable[[Any, anyio.CancelScope], Coroutine[Any, Any, None]]
 _IDLE_RUNNERS = 8  # runner tasks kept waiting for work; more finish when their handler does
 
 
@@ -311,6 +312,7 @@ class Run:
         self._out: _Handoff[Item] = _Handoff()
         self._signal: Callable[[], _Signal] = anyio.Event
         self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
+        self._context: contextvars.Context | None = None
         self._transcript: Any = None
         self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
         self._entered = False
@@ -346,6 +348,7 @@ class Run:
                 version=_version(),
             )
         self._signal, self._scope = _primitives()
+        self._context = contextvars.copy_context()  # what every handler starts from
         self._out.new_signal = self._signal
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -541,11 +544,19 @@ class Run:
             assert runner.go is not None
             runner.go.set()
         else:
-            assert self._tg is not None
-            self._tg.start_soon(self._serve, _Runner(job), name=f"steploop runner ({key[0]})")
+            assert self._tg is not None and self._context is not None
+            self._tg.create_task(
+                self._serve(_Runner(job)),
+                name=f"steploop runner ({key[0]})",
+                context=self._context.copy(),
+            )
 
     async def _serve(self, runner: _Runner) -> None:
-        """A runner: run the handler it was given, then wait idle for the next one."""
+        """A runner: run the handler it was given, then wait idle for the next one.
+
+        A runner starts in a copy of the context the run was entered in, as a task of its own
+        per handler would. A handler that leaves a context variable changed retires its
+        runner, so the next handler never sees what an earlier one set."""
         while True:
             job = runner.job
             assert job is not None
@@ -555,7 +566,7 @@ class Run:
                 await handler(effect, scope)
             if self._scopes.get(key) is scope:
                 del self._scopes[key]
-            if len(self._idle) >= _IDLE_RUNNERS:
+            if len(self._idle) >= _IDLE_RUNNERS or contextvars.copy_context() != self._context:
                 return
             runner.go = go = self._signal()
             self._idle.append(runner)

@@ -6,6 +6,7 @@ and items reach the consumer through a zero-buffer hand-over (``effects.run._Han
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,9 @@ class Hang:
 class Counter:
     """A model answering from a counter: a ``noop`` call on calls 1..n-1, a text on call n."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, tool: str = "noop") -> None:
         self.n = n
+        self.tool = tool
         self.calls = 0
         self.safe = ToolTraits(concurrency_safe=True, max_result_chars=None)
 
@@ -88,7 +90,7 @@ class Counter:
         self.calls += 1
         cid = effect.call_id
         if self.calls < self.n:
-            block = ToolUseBlock(id=f"t{self.calls}", name="noop", input={})
+            block = ToolUseBlock(id=f"t{self.calls}", name=self.tool, input={})
             yield ModelBlockReceived(call_id=cid, block=block, tool=self.safe)
             reason = "tool_use"
         else:
@@ -352,3 +354,33 @@ async def test_permission_answered_by_the_consumer_is_stepped_at_once(tmp_path: 
                 assert seen[-1] == "StartTool"
     assert started.is_set()
     assert r.result is not None and r.result.terminal.TAG == "completed"
+
+
+CONTEXT_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("steploop_test", default="unset")
+
+
+@pytest.mark.anyio
+async def test_handlers_do_not_see_what_an_earlier_handler_set(tmp_path: Path) -> None:
+    """Runner tasks are reused, but each handler starts from the context the run was entered
+    in, as a task of its own would: a context variable a tool leaves set is not seen by the
+    next tool."""
+    seen: list[str] = []
+
+    class Leaky(Noop):
+        name = "leaky"
+
+        async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+            seen.append(CONTEXT_VAR.get())
+            CONTEXT_VAR.set(f"left by {ctx.tool_use_id}")
+            return ToolOutput(content="ok")
+
+    token = CONTEXT_VAR.set("the consumer's")
+    try:
+        async with run("go", model=Counter(4, tool="leaky"), tools=[Leaky()], workspace=tmp_path,
+                       permissions=PermissionPolicy(default="allow")) as r:
+            async for _item in r:
+                CONTEXT_VAR.set("changed after the run started")
+    finally:
+        CONTEXT_VAR.reset(token)
+    assert r.result is not None and r.result.terminal.TAG == "completed"
+    assert seen == ["the consumer's"] * 3
