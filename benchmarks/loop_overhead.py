@@ -332,7 +332,7 @@ def profile(n: int, *, stamped: bool = False, backend: str = "asyncio") -> dict[
             "reducer/context.py:microcompact",
             "effects/run.py:_work",
             "effects/run.py:_serve",
-            "effects/tools/base.py:run",
+            "effects/tools/base.py:call",
         ),
     )
 
