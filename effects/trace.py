@@ -1590,28 +1590,30 @@ def replay_exact(
     at: _Pending | None = None  # the pending step a mismatch was found at
 
     def settle() -> Mismatch | None:
-        """Check the pending steps' digests: the last one, and if it differs each in order."""
+        """Check the pending steps' digests: the last one, and if it differs each in order.
+        The pending steps are done with before ``on_step`` hears of them (once each)."""
         nonlocal at
         if not pending:
             return None
-        last = pending[-1]
+        steps = pending[:]
+        pending.clear()
+        found: Mismatch | None = None
+        last = steps[-1]
         if _digest_mismatch(walk, last.rec, last.state, walk.fields) is not None:
             fields = dict(settled_fields)
-            for p in pending:
+            for n, p in enumerate(steps):
                 fields.update(p.rec.fields)
                 found = _digest_mismatch(walk, p.rec, p.state, fields)
                 if found is not None:
-                    at = p
-                    return found
-                if on_step is not None:
-                    on_step(p.rec)
-            raise AssertionError("the last pending digest differs, but no pending step does")
-        if on_step is not None:
-            for p in pending:
-                on_step(p.rec)
-        pending.clear()
+                    at, steps = p, steps[:n]
+                    break
+            else:
+                raise AssertionError("the last pending digest differs, but no pending step does")
         settled_fields.update(walk.fields)
-        return None
+        if on_step is not None:
+            for p in steps:
+                on_step(p.rec)
+        return found
 
     try:
         for rec in walk:

@@ -287,3 +287,28 @@ def test_on_step_sees_records(tmp_path: Path, synthetic: list[str]) -> None:
         checkpoint_every=64,
     )
     assert [r.i for r in recs] == list(range(401)) and all(isinstance(r, StepRecord) for r in recs)
+
+
+@pytest.mark.parametrize("k", [0, 5, 63, 64, 200])
+def test_an_on_step_that_raises_is_heard_once_per_step(
+    tmp_path: Path, synthetic: list[str], k: int
+) -> None:
+    """The callback's exception comes out of both policies, after the same calls, each once."""
+    path = _write(tmp_path / "t.jsonl", synthetic)
+
+    def calls(**kw: Any) -> list[int]:
+        seen: list[int] = []
+
+        def hear(rec: StepRecord) -> None:
+            seen.append(rec.i)
+            if rec.i == k:
+                raise KeyError("stop here")
+
+        with pytest.raises(KeyError, match="stop here"):
+            replay_exact(path, on_step=hear, **kw)
+        return seen
+
+    every = calls()
+    assert every == list(range(k + 1))
+    for n in EVERY_K:
+        assert calls(verify="checkpoint", checkpoint_every=n) == every, n
