@@ -41,7 +41,6 @@ def item_loop_overhead(quick: bool) -> dict[str, Any]:
         n = max(sizes)
         progress(f"loop overhead: profiling steploop at {n} turns")
         result["profile"] = loop_overhead.profile(n)
-        result["profile_stamped"] = loop_overhead.profile(n, stamped=True)
     return result
 
 

@@ -249,10 +249,6 @@ def markdown(report: dict[str, Any]) -> str:
                 profiles += _profile(
                     "item 1, steploop as shipped, one run at the largest n", item["profile"]
                 )
-            if "profile_stamped" in item:
-                profiles += _profile(
-                    "item 1, steploop with wall-clock model stamps", item["profile_stamped"]
-                )
         elif key.startswith("2"):
             lines += _round_cost(item)
             if "profile" in item:
