@@ -6,7 +6,6 @@ import gc
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from typing import Any
 
@@ -86,33 +85,6 @@ USAGE = {
     "cache_read_input_tokens": 900,
 }
 READ_TIMEOUT = 0.3
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[MessagesServer]:
-    with MessagesServer() as server:
-        yield server
-
-
-@pytest.fixture
-def server(shared_server: MessagesServer) -> Iterator[MessagesServer]:
-    shared_server.reset()
-    yield shared_server
-    assert shared_server.pending == 0, "a scripted response was never requested"
-
-
-@pytest.fixture
-async def sdk(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    client = make_client(server.base_url, "test-key", connect_timeout=1.0, read_timeout=5.0)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 class TraitsLog:

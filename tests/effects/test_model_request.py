@@ -10,7 +10,6 @@ compare what the local server really received.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effects.model import AnthropicModelClient, Thinking, build_request, make_client
+from effects.model import AnthropicModelClient, Thinking, build_request
 from reducer.conversation import Conversation
 from reducer.effects import CallModel
 from reducer.events import ToolTraits
@@ -218,33 +217,6 @@ def test_a_conversation_that_does_not_extend_the_last_is_converted_afresh() -> N
 
 # ---------------------------------------------------------------------------------------------
 # What the server receives
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[MessagesServer]:
-    with MessagesServer() as server:
-        yield server
-
-
-@pytest.fixture
-def server(shared_server: MessagesServer) -> Iterator[MessagesServer]:
-    shared_server.reset()
-    yield shared_server
-    assert shared_server.pending == 0, "a scripted response was never requested"
-
-
-@pytest.fixture
-async def sdk(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    client = make_client(server.base_url, "test-key", connect_timeout=1.0, read_timeout=5.0)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 @pytest.mark.anyio

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 from typing import Any
 
 import anthropic
 import pytest
 
-from effects.model import AnthropicModelClient, _decode, make_client, parse_tool_input
+from effects.model import AnthropicModelClient, _decode, parse_tool_input
 from reducer.conversation import Conversation
 from reducer.effects import CallModel
 from reducer.events import Event, ModelBlockReceived, ModelCallFailed, ToolTraits
@@ -116,33 +115,6 @@ class RawFrame(Frame):
     def encode(self) -> bytes:
         text: str = object.__getattribute__(self, "text")
         return f"event: {self.event}\ndata: {text}\n\n".encode()
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[MessagesServer]:
-    with MessagesServer() as server:
-        yield server
-
-
-@pytest.fixture
-def server(shared_server: MessagesServer) -> Iterator[MessagesServer]:
-    shared_server.reset()
-    yield shared_server
-    assert shared_server.pending == 0, "a scripted response was never requested"
-
-
-@pytest.fixture
-async def sdk(server: MessagesServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    client = make_client(server.base_url, "test-key", connect_timeout=1.0, read_timeout=5.0)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def _traits(name: str, input: dict[str, Any]) -> ToolTraits:
