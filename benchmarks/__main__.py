@@ -1,8 +1,10 @@
 """Run the whole suite: ``python -m benchmarks [--quick] [--out DIR] [--only 1,2,...]``.
 
-Writes ``DIR/latest.json`` (every figure) and ``DIR/latest.md`` (the summary table, goal by goal),
-with progress lines on stderr. ``--quick`` is a smoke test (under two minutes): fewer sizes and
-repetitions, same code paths. See benchmarks/README.md for what each item measures.
+A full run writes ``DIR/latest.json`` (every figure) and ``DIR/latest.md`` (the summary table, goal
+by goal), with progress lines on stderr. ``--quick`` is a smoke test (under two minutes): fewer
+sizes and repetitions, same code paths. A quick run or one with ``--only`` writes
+``DIR/partial.json`` and ``DIR/partial.md`` instead, so it never replaces the figures of the last
+full run (``--name`` picks another file name). See benchmarks/README.md for what each item measures.
 """
 
 from __future__ import annotations
@@ -80,16 +82,31 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
 }
 
 
+def results_name(chosen: list[str], quick: bool) -> str:
+    """'latest' for a full run of every item; 'partial' otherwise, so a smoke run or a single
+    item never replaces the figures the README quotes."""
+    return "latest" if not quick and sorted(chosen) == sorted(ITEMS) else "partial"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a short smoke run (< 2 minutes)")
     ap.add_argument("--out", default="benchmarks/results", help="where latest.json/md go")
     ap.add_argument("--only", default="", help="comma-separated item numbers (default: all)")
+    ap.add_argument(
+        "--name",
+        default=None,
+        help="file name (no suffix) of the results; default 'latest' for a full run, "
+        "'partial' for a quick run or one with --only",
+    )
     args = ap.parse_args(argv)
     chosen = [x.strip() for x in args.only.split(",") if x.strip()] or list(ITEMS)
     unknown = [x for x in chosen if x not in ITEMS]
     if unknown:
         ap.error(f"unknown item(s) {', '.join(unknown)}; items are {', '.join(ITEMS)}")
+    name = results_name(chosen, args.quick) if args.name is None else args.name
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        ap.error(f"--name must be a plain file name without a suffix, got {name!r}")
 
     command = "python -m benchmarks" + (" " + " ".join(sys.argv[1:]) if argv is None else "")
     report: dict[str, Any] = {
@@ -101,25 +118,25 @@ def main(argv: list[str] | None = None) -> int:
     }
     start = time.perf_counter()
     for key in chosen:
-        name = ITEMS[key]
-        progress(f"item {key}: {name}")
+        item = ITEMS[key]
+        progress(f"item {key}: {item}")
         t0 = time.perf_counter()
         try:
-            result = RUNNERS[name](args.quick)
+            result = RUNNERS[item](args.quick)
         except Exception as exc:
             traceback.print_exc()
             result = {"available": False, "reason": f"crashed: {type(exc).__name__}: {exc}"}
         result["elapsed_s"] = round(time.perf_counter() - t0, 1)
-        report["items"][f"{key}_{name}"] = result
-        progress(f"item {key}: {name} done in {result['elapsed_s']} s")
+        report["items"][f"{key}_{item}"] = result
+        progress(f"item {key}: {item} done in {result['elapsed_s']} s")
     report["duration_s"] = round(time.perf_counter() - start, 1)
     report["machine"]["loadavg_at_end"] = machine()["loadavg_1_5_15"]
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "latest.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    (out / "latest.md").write_text(markdown(report))
-    progress(f"wrote {out / 'latest.json'} and {out / 'latest.md'}")
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    (out / f"{name}.md").write_text(markdown(report))
+    progress(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
     return 0
 
 
