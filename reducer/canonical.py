@@ -76,6 +76,10 @@ def to_data(value: Any) -> Any:
 # what changed, not the whole state (specs/ R-COST-2; tests/reducer/test_canonical.py).
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+# what _dumps(s) does for a str, without its Python frame (the C encoder when there is one)
+_dumps_str: Any = (
+    getattr(json.encoder, "c_encode_basestring", None) or json.encoder.encode_basestring
+)
 _TEXT: dict[type, Any] = {}
 _MEMO: dict[int, tuple[Any, str]] = {}
 _MEMO_MAX = 4096  # entries; with _MEMO_TEXT_MAX it bounds the memo's memory
@@ -130,7 +134,7 @@ def _compile_text(cls: type) -> Any:
 def _text(v: Any) -> str:
     cls = type(v)
     if cls is str:
-        return _dumps(v)
+        return _dumps_str(v)  # type: ignore[no-any-return]
     if cls is bool:
         return "true" if v else "false"
     if cls is int:
