@@ -69,7 +69,9 @@ def baseline(rev: str) -> Contender:
     try:
         source = subprocess.run(
             ["git", "show", f"{rev}:effects/run.py"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
             cwd=Path(__file__).resolve().parent.parent,
         ).stdout
         module = types.ModuleType(f"_steploop_run_{abs(hash(rev))}")
@@ -78,7 +80,9 @@ def baseline(rev: str) -> Contender:
         exec(compile(source, module.__file__, "exec"), module.__dict__)
     except Exception as exc:
         return Contender(name, "", None, f"{type(exc).__name__}: {exc}")
-    return Contender(name, f"effects/run.py of {rev}", functools.partial(run_steploop, run_fn=module.run))
+    return Contender(
+        name, f"effects/run.py of {rev}", functools.partial(run_steploop, run_fn=module.run)
+    )
 
 
 def contenders(peers: bool = True, baselines: Sequence[str] = ()) -> list[Contender]:
@@ -341,14 +345,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="sizes 50,200 and 3 repetitions")
     ap.add_argument("--no-peers", action="store_true", help="steploop and the floor only")
-    ap.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio",
-                    help="the anyio backend (peers run on asyncio only)")
+    ap.add_argument(
+        "--backend",
+        choices=("asyncio", "trio"),
+        default="asyncio",
+        help="the anyio backend (peers run on asyncio only)",
+    )
     ap.add_argument("--sizes", help="turns per run, comma-separated (default 50,200,1000)")
     ap.add_argument("--reps", type=int, help="interleaved repetitions (default 5)")
-    ap.add_argument("--baseline", action="append", default=[], metavar="REV",
-                    help="also run steploop with the effects/run.py of this git revision")
-    ap.add_argument("--profile", action="store_true",
-                    help="also a cProfile of one steploop run at the largest size")
+    ap.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="also run steploop with the effects/run.py of this git revision",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also a cProfile of one steploop run at the largest size",
+    )
     args = ap.parse_args()
     sizes: tuple[int, ...] = (50, 200) if args.quick else (50, 200, 1000)
     reps = 3 if args.quick else 5
