@@ -101,7 +101,11 @@ def _compile_text(cls: type) -> Any:
         if k == "type" and tag is not None:
             pieces.append(repr(sep + _dumps(k) + ":" + _dumps(tag)))
         else:
-            pieces.append(repr(sep + _dumps(k) + ":") + f" + T(v.{k})")
+            # a str field (the usual case) is written here, without a call of _text
+            pieces.append(
+                repr(sep + _dumps(k) + ":")
+                + f" + (S(x) if (x := v.{k}).__class__ is str else T(x))"
+            )
     body = " + ".join(pieces) + " + '}'" if pieces else "'{}'"
     memo = tag is not None or cls.__name__ in ("Slot", "Usage", "ErrorInfo", "ToolTraits")
     if memo:
@@ -122,6 +126,7 @@ def _compile_text(cls: type) -> Any:
         src = f"def enc(v):\n    return {body}\n"
     ns: dict[str, Any] = {
         "T": _text,
+        "S": _dumps_str,
         "M": _MEMO,
         "MAX": _MEMO_MAX,
         "SIZE": _memo_text,
