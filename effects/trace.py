@@ -38,6 +38,7 @@ import typing
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -167,6 +168,10 @@ _SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 _SECRET_KEY = re.compile(r"key|token|secret|password|auth|credential|cookie", re.I)
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX_DIGITS = "0123456789abcdef"  # s.strip(_HEX_DIGITS) == "": s is lowercase hex (or empty)
+# The same test at C speed: not s.encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
+# (the encoding never fails for a str, and a character outside ASCII becomes bytes >= 0x80)
+_HEX_BYTES = _HEX_DIGITS.encode()
+_LEN_16 = frozenset({16})
 
 _MESSAGE_TYPES = (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage)
 _CONV_EFFECTS = (CallModel, Compact, RunStopHooks, SummarizeToolUse)
@@ -743,6 +748,9 @@ _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 
 _ALLOWED = {kind: required | optional for kind, (required, optional) in _KEYS.items()}
+_STEP_REQUIRED = _KEYS["step"][0]
+_STEP_ALLOWED = _ALLOWED["step"]
+_MESSAGE_KEYS = _ALLOWED["message"]  # a message record has no optional key
 
 
 def _check_keys(obj: dict[str, Any], kind: str) -> None:
@@ -844,7 +852,23 @@ class _ReaderBindings:
         self.order.clear()
 
 
+_CONV_KEYS = frozenset({"length", "digest"})
+
+
 def _decode_conversation(data: Any) -> Conversation:
+    # Fast: the shape the recorder writes, tested without a regex or a set (JSON data holds no
+    # dict or str subclasses, and its only int subclass is bool); anything else: the test below.
+    if data.__class__ is dict and data.keys() == _CONV_KEYS:
+        length = data["length"]
+        digest = data["digest"]
+        if (
+            length.__class__ is int
+            and length >= 0
+            and digest.__class__ is str
+            and len(digest) == 32
+            and not digest.encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
+        ):
+            return _hollow(length, bytes.fromhex(digest))
     if (
         not isinstance(data, dict)
         or set(data) != {"length", "digest"}
@@ -881,6 +905,7 @@ def _fast_table(
 # words the error. Events carrying messages (refs) and effects carrying a message (a ref) are
 # left to the general code.
 _FAST_MESSAGE = fast_structurer(Message)
+_FAST_MESSAGES = _fast_table(_MESSAGE_TYPES, {})  # _FAST_MESSAGE's members, by tag
 _FAST_EVENTS = _fast_table((c for c in _EVENT_CLASSES if c is not CompactionFinished), {})
 _FAST_EFFECTS = _fast_table(
     _EFFECT_CLASSES,
@@ -914,7 +939,7 @@ _EMIT_KEYS = frozenset({"type", "item"})
 
 def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
     """What ``_decode_effect`` returns for a well-formed effect; None: ask ``_decode_effect``
-    (which decides, and words the error). Callers try this first."""
+    (which decides, and words the error). Callers try this first. Never raises."""
     if data.__class__ is not dict:
         return None
     tag = data.get("type")
@@ -925,12 +950,12 @@ def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
             if ref.__class__ is str:
                 got = b.by_id.get(ref)
                 return None if got is None else Emit(item=got[1])
-    fast = _FAST_EFFECTS.get(tag)  # type: ignore[arg-type]
-    if fast is not None:
-        try:
+    try:
+        fast = _FAST_EFFECTS.get(tag)  # type: ignore[arg-type]  # an unhashable tag: raises
+        if fast is not None:
             return fast(data)  # type: ignore[no-any-return]
-        except Exception:  # _decode_effect decides, and words the error
-            return None
+    except Exception:  # _decode_effect decides, and words the error (or raises the same)
+        pass
     return None
 
 
@@ -998,42 +1023,88 @@ class TraceReader:
             raise self.error(None, "is a directory, not a trace file") from None
         except OSError as e:
             raise self.error(None, f"cannot open: {e.strerror}") from None
-        with f:
-            yield from self._records(f)
-
-    def _records(self, f: IO[bytes]) -> Iterator[Record]:
-        bindings = _ReaderBindings(DEFAULT_MESSAGE_WINDOW)
-        last_i = -1
-        ln = 0
-        offset = 0
-        for raw in f:
-            ln += 1
-            tail = not raw.endswith(b"\n")
-            obj = self._parse_line(raw, ln, tail)
-            if obj is None:  # a truncated tail we were told to tolerate
-                self.truncated_tail = True
-                return
-            offset += len(raw)
-            try:
-                rec = self._record(obj, ln, bindings, last_i)
-            except _Bad as e:
-                raise self.error(ln, str(e)) from None
-            self.valid_bytes = offset
-            self.missing_newline = tail
-            if rec is None:
-                continue
-            if isinstance(rec, TraceHeader):
-                bindings = _ReaderBindings(rec.message_window)
-            elif isinstance(rec, StepRecord):
-                last_i = rec.i
-                bindings.evict()
-            elif isinstance(rec, EndRecord):
-                self.end = rec
-            elif isinstance(rec, ResumeRecord):
-                bindings.reset()
-            yield rec
-        if ln == 0:
-            raise self.error(1, "the file is empty; a trace starts with a header record")
+        with f:  # the loop is here, not in a generator this one delegates to: a level less
+            bindings = _ReaderBindings(DEFAULT_MESSAGE_WINDOW)
+            last_i = -1
+            ln = 0
+            offset = 0
+            loads = None if _orjson is None else _orjson.loads
+            fast_messages = {} if _FAST_MESSAGE is None else _FAST_MESSAGES
+            # After the header and before the end record, a step or message record whose
+            # keys _check_keys takes goes straight to _step or _message: _record would make
+            # no other check before handing it over. (The bulk of a trace.)
+            lane = False
+            for raw in f:
+                ln += 1
+                tail = not raw.endswith(b"\n")
+                # _parse_line, its common case inline: a dict from orjson is what it returns
+                obj: Any = None
+                if loads is not None and _LONG_NUMBER not in raw.translate(_DIGITS):
+                    try:
+                        obj = loads(raw)
+                    except Exception:  # _parse_line decides, and words the error
+                        pass
+                if obj.__class__ is not dict:
+                    obj = self._parse_line(raw, ln, tail)
+                    if obj is None:  # a truncated tail we were told to tolerate
+                        self.truncated_tail = True
+                        return
+                offset += len(raw)
+                if lane:
+                    kind = obj.get("record")
+                    if kind == "step" and _STEP_REQUIRED <= obj.keys() <= _STEP_ALLOWED:
+                        try:
+                            step = self._step(obj, ln, bindings, last_i)
+                        except _Bad as e:
+                            raise self.error(ln, str(e)) from None
+                        self.valid_bytes = offset
+                        self.missing_newline = tail
+                        last_i = step.i
+                        if len(bindings.order) > bindings.window:
+                            bindings.evict()
+                        yield step
+                        continue
+                    if kind == "message" and obj.keys() == _MESSAGE_KEYS:
+                        # _message, its common case inline: a message its fast structurer
+                        # takes, with the id of the record (a str), bound as _message binds it
+                        mid = obj["id"]
+                        try:
+                            data = obj["message"]
+                            msg = fast_messages[data["type"]](data)
+                        except Exception:  # _message decides, and words the error
+                            msg = None
+                        if msg is not None and mid.__class__ is str and msg.id == mid:
+                            bindings.bind(msg)
+                            self.messages += 1
+                        else:
+                            try:
+                                self._message(obj, bindings)
+                            except _Bad as e:
+                                raise self.error(ln, str(e)) from None
+                        self.valid_bytes = offset
+                        self.missing_newline = tail
+                        continue
+                try:
+                    rec = self._record(obj, ln, bindings, last_i)
+                except _Bad as e:
+                    raise self.error(ln, str(e)) from None
+                self.valid_bytes = offset
+                self.missing_newline = tail
+                if rec is None:
+                    continue
+                if isinstance(rec, TraceHeader):
+                    bindings = _ReaderBindings(rec.message_window)
+                elif isinstance(rec, StepRecord):
+                    last_i = rec.i
+                    bindings.evict()
+                elif isinstance(rec, EndRecord):
+                    self.end = rec
+                elif isinstance(rec, ResumeRecord):
+                    bindings.reset()
+                lane = self.header is not None and self.end is None
+                yield rec
+            if ln == 0:
+                raise self.error(1, "the file is empty; a trace starts with a header record")
 
     def _parse_line(self, raw: bytes, ln: int, tail: bool) -> dict[str, Any] | None:
         try:
@@ -1100,22 +1171,7 @@ class TraceReader:
             raise _Bad(f"a {kind} record after the end record (line {self.end.line})")
         _check_keys(obj, kind)
         if kind == "message":
-            mid = obj["id"]
-            if not isinstance(mid, str):
-                raise _Bad("message record: 'id' must be a string")
-            msg: Message | None = None
-            if _FAST_MESSAGE is not None:
-                try:
-                    msg = _FAST_MESSAGE(obj["message"])
-                except Exception:  # _structure decides, and words the error
-                    msg = None
-            if msg is None:
-                msg = _structure(obj["message"], Message, f"message {mid!r}")
-                assert msg is not None
-            if msg.id != mid:
-                raise _Bad(f"message record: id {mid!r} but the message's id is {msg.id!r}")
-            b.bind(msg)
-            self.messages += 1
+            self._message(obj, b)
             return None
         if kind == "step":
             return self._step(obj, ln, b, last_i)
@@ -1140,6 +1196,24 @@ class TraceReader:
             for k, d in enumerate(obj["reissued"])
         )
         return ResumeRecord(after=after, provenance=obj["provenance"], reissued=reissued, line=ln)
+
+    def _message(self, obj: dict[str, Any], b: _ReaderBindings) -> None:
+        mid = obj["id"]
+        if mid.__class__ is not str:  # JSON data: no str subclasses
+            raise _Bad("message record: 'id' must be a string")
+        msg: Message | None = None
+        if _FAST_MESSAGE is not None:
+            try:
+                msg = _FAST_MESSAGE(obj["message"])
+            except Exception:  # _structure decides, and words the error
+                msg = None
+        if msg is None:
+            msg = _structure(obj["message"], Message, f"message {mid!r}")
+            assert msg is not None
+        if msg.id != mid:
+            raise _Bad(f"message record: id {mid!r} but the message's id is {msg.id!r}")
+        b.bind(msg)
+        self.messages += 1
 
     def _header(self, obj: dict[str, Any], ln: int) -> TraceHeader:
         fmt = obj.get("format")
@@ -1188,20 +1262,41 @@ class TraceReader:
                 raise _Bad(f"the first step record must be step 0 (start), found step {i}")
             raise _Bad(f"step {i} follows step {last_i}; expected step {last_i + 1}")
         raw_event = obj["event"]
-        if i == 0 and raw_event is not None:
-            raise _Bad('step 0 is start() and has "event": null')
-        if i > 0 and raw_event is None:
-            raise _Bad(f"step {i} has no event; only step 0 (start) has none")
-        event = None if raw_event is None else _decode_event(raw_event, b, f"step {i}: event")
+        event: Event | None = None
+        if raw_event is None:
+            if i > 0:
+                raise _Bad(f"step {i} has no event; only step 0 (start) has none")
+        else:
+            if i == 0:
+                raise _Bad('step 0 is start() and has "event": null')
+            # _decode_event's fast path, inline
+            if raw_event.__class__ is dict:
+                fast = _FAST_EVENTS.get(raw_event.get("type"))  # type: ignore[arg-type]
+                if fast is not None:
+                    try:
+                        event = fast(raw_event)
+                    except Exception:  # _decode_event decides, and words the error
+                        pass
+            if event is None:
+                event = _decode_event(raw_event, b, f"step {i}: event")
         raw_fx = obj["effects"]
         if not isinstance(raw_fx, list):
             raise _Bad(f"step {i}: 'effects' must be a list")
-        effects = tuple(
-            _fast_effect(d, b) or _decode_effect(d, b, f"step {i}: effect {k}")
-            for k, d in enumerate(raw_fx)
-        )
+        # _fast_effect never raises and has no side effect, so trying every effect first
+        # changes nothing; where it declined, _decode_effect decides, in order
+        tried = tuple(map(_fast_effect, raw_fx, repeat(b)))
+        effects: tuple[Effect, ...] = tried  # type: ignore[assignment]  # no None: all() below
+        if not all(tried):
+            effects = tuple(
+                e or _decode_effect(d, b, f"step {i}: effect {k}")
+                for k, (e, d) in enumerate(zip(tried, raw_fx, strict=True))
+            )
         digest = obj["digest"]
-        if digest.__class__ is not str or len(digest) != 32 or digest.strip(_HEX_DIGITS):
+        if (
+            digest.__class__ is not str
+            or len(digest) != 32
+            or digest.encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
+        ):
             raise _Bad(f"step {i}: 'digest' must be 32 lowercase hex digits")
         phase = obj["phase"]
         if phase not in PHASES:
@@ -1213,12 +1308,26 @@ class TraceReader:
         if "transition" in obj:
             transition = _structure(obj["transition"], Transition, f"step {i}: transition")
         fields = obj.get("fields", {})
-        if not isinstance(fields, dict) or not all(
-            k in _STATE_FIELD_SET
-            and v.__class__ is str
-            and len(v) == 16
-            and not v.strip(_HEX_DIGITS)
-            for k, v in fields.items()
+        # Fast: the keys are state fields, every value has 16 characters, and together (join
+        # raises unless all are str; JSON data holds no str subclass) they are lowercase hex
+        try:
+            vals = fields.values()
+            ok = (
+                fields.keys() <= _STATE_FIELD_SET
+                and {*map(len, vals)} <= _LEN_16
+                and not "".join(vals).encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
+            )
+        except (AttributeError, TypeError):  # not a dict, a value without a length or not a str
+            ok = False
+        if not ok and (
+            not isinstance(fields, dict)
+            or not all(
+                k in _STATE_FIELD_SET
+                and v.__class__ is str
+                and len(v) == 16
+                and not v.strip(_HEX_DIGITS)
+                for k, v in fields.items()
+            )
         ):
             raise _Bad(f"step {i}: 'fields' must map state field names to 16 hex digits")
         return StepRecord(

@@ -1,0 +1,268 @@
+"""The reader's fast lane changes nothing a reader sees (effects/trace.py, TraceReader).
+
+Step and message records go from the line loop straight to ``_step`` and ``_message``, with
+orjson, the compiled structurers and cheap checks first; every other line, and any line a fast
+check declines, takes the general code (``_record``), which words the error. Here mutated
+records read the same with everything fast and with everything general: the same records, the
+same reader counters, or the same error.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import effects.trace as trace
+import reducer.serialize as serialize
+from benchmarks.replay_throughput import build_synthetic
+from effects.trace import TraceReader
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "specs" / "scenarios"
+_NEVER = frozenset({"<no record has this key>"})
+
+
+class _NoFastPath(dict[Any, Any]):
+    """A structurer table that has nothing: structure() goes straight to the converter."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return None
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: Any) -> Any:
+        return None
+
+
+def _general_only(m: pytest.MonkeyPatch) -> None:
+    """Every line through _record, no orjson, no compiled structurer."""
+    m.setattr(trace, "_orjson", None)
+    m.setattr(trace, "_FAST_EVENTS", {})
+    m.setattr(trace, "_FAST_EFFECTS", {})
+    m.setattr(trace, "_fast_effect", lambda data, b: None)
+    m.setattr(trace, "_FAST_MESSAGE", None)
+    m.setattr(trace, "_STEP_REQUIRED", _NEVER)  # no step record takes the lane
+    m.setattr(trace, "_MESSAGE_KEYS", _NEVER)  # no message record takes the lane
+    m.setattr(serialize, "_FAST", _NoFastPath())
+
+
+def _outcome(path: Path) -> tuple[Any, ...]:
+    reader = TraceReader(path, tolerate_truncated_tail=True)
+    seen: list[str] = []
+    try:
+        for rec in reader:
+            seen.append(repr(rec))
+            if isinstance(rec, trace.StepRecord):
+                seen.append(repr(rec.fields))
+    except Exception as e:  # a TraceError, or whatever else both paths raise alike
+        seen.append(f"{type(e).__name__}: {e}")
+    counters = (reader.messages, reader.valid_bytes, reader.missing_newline, reader.truncated_tail)
+    return (*seen, counters)
+
+
+def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    fast = _outcome(path)
+    with monkeypatch.context() as m:
+        _general_only(m)
+        general = _outcome(path)
+    return fast, general
+
+
+# --- mutations of a record's JSON ------------------------------------------------------------
+
+_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    7,
+    2**64,
+    -(2**70),
+    1.5,
+    "",
+    "x",
+    "step",
+    "message",
+    "emit",
+    "streaming",
+    "m1",
+    "\ud800",
+    "é",
+    "0123456789abcdef",
+    "0123456789ABCDEF",
+    "0123456789abcde",
+    "0123456789abcdeg",
+    "0123456789abcdef0",
+    "a" * 32,
+    "A" * 32,
+    "a" * 31 + "\n",
+    "a" * 31 + "é",
+    [],
+    ["x"],
+    [1, 2],
+    {},
+    {"ref": "m1"},
+    {"ref": "m999"},
+    {"ref": 1},
+    {"ref": "m1", "x": 1},
+    {"type": "emit"},
+    {"type": ["x"]},
+    {"length": 1, "digest": "a" * 32},
+    {"length": -1, "digest": "a" * 32},
+    {"length": True, "digest": "a" * 32},
+    {"length": 1, "digest": "A" * 32},
+    {"round": "0123456789abcdef"},
+    {"round": "0123456789abcdef", "ids": 5},
+    {"round": "0123456789abcdef", "nope": "0123456789abcdef"},
+    {"round": "0123456789abcde", "ids": "0123456789abcdef0"},
+]
+
+
+def _paths(obj: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [at]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*at, k))
+    elif isinstance(obj, list):
+        for k, v in enumerate(obj):
+            out += _paths(v, (*at, k))
+    return out
+
+
+def _get(obj: Any, path: tuple[Any, ...]) -> Any:
+    for k in path:
+        obj = obj[k]
+    return obj
+
+
+def _mutate(obj: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    path = rng.choice(_paths(obj)[1:])
+    parent = _get(obj, path[:-1])
+    key = path[-1]
+    roll = rng.random()
+    if roll < 0.15 and isinstance(parent, dict):
+        del parent[key]
+    elif roll < 0.25 and isinstance(parent, dict):
+        parent[rng.choice(["zz", "type", "ref", "transition", "fields", "id"])] = rng.choice(
+            _VALUES
+        )
+    elif roll < 0.3 and isinstance(parent, list):
+        parent.append(copy.deepcopy(rng.choice(_VALUES)))
+    else:
+        parent[key] = copy.deepcopy(rng.choice(_VALUES))
+    return obj
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
+    synthetic = tmp_path_factory.mktemp("reader") / "synthetic.jsonl"
+    build_synthetic(synthetic, 60)
+    scenarios = [_lines(p) for p in sorted(SCENARIOS.glob("*.jsonl"))]
+    return [_lines(synthetic), *scenarios]
+
+
+def test_unmutated_traces_read_the_same_on_both_paths(
+    sources: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n, lines in enumerate(sources):
+        path = tmp_path / f"t{n}.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        fast, general = _both(path, monkeypatch)
+        assert fast == general, n
+        assert not fast[-2].startswith("TraceError"), fast[-2]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mutated_step_and_message_records_read_the_same_on_both_paths(
+    seed: int, sources: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / "t.jsonl"
+    errors = 0
+    for _ in range(300):
+        lines = list(rng.choice(sources))
+        targets = [
+            k
+            for k, line in enumerate(lines)
+            if '"record":"step"' in line or '"record":"message"' in line
+        ]
+        k = rng.choice(targets)
+        lines[k] = json.dumps(_mutate(json.loads(lines[k]), rng), separators=(",", ":"))
+        del lines[min(len(lines), k + 4) :]  # a few records after it: the window, the next step
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        fast, general = _both(path, monkeypatch)
+        assert fast == general, lines[k]
+        errors += "Error" in str(fast[-2])
+    assert errors > 100  # most mutations are errors, and those read the same too
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"fields": {"round": "0123456789abcdef", "ids": "0123456789abcdef"}},
+        {"fields": {}},
+        {"fields": {"round": "0123456789abcde\u00e9"}},
+        {"fields": {"round": "\ud800123456789abcde"}},
+        {"fields": {"round": ["0123456789abcdef"]}},
+        {"fields": {"round": "0123456789abcdef", "ids": "0123456789abcdef" * 2}},
+        {"fields": {"round": "0123456789abcde", "ids": "0123456789abcdef0"}},
+        {"fields": []},
+        {"fields": "0123456789abcdef"},
+        {"digest": "\ud800" * 32},
+        {"digest": "0123456789abcdef0123456789abcdeF"},
+        {"transition": None},
+        {"effects": [{"type": ["unhashable"]}]},
+        {"effects": [{"type": "emit", "item": {"ref": "m1"}, "x": 1}]},
+        {"effects": [{"type": "emit", "item": {"ref": "nope"}}, {"type": {"a": 1}}]},
+        {"event": {"type": "model_block_received"}},
+    ],
+)
+def test_a_changed_step_record_reads_the_same_on_both_paths(
+    change: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 6)
+    lines = _lines(path)
+    n = next(n for n, line in enumerate(lines) if line.startswith('{"record":"step","i":1,'))
+    lines[n] = json.dumps({**json.loads(lines[n]), **change})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fast, general = _both(path, monkeypatch)
+    assert fast == general
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"id": 1},
+        {"id": "m9"},
+        {"message": {"type": ["x"]}},
+        {"message": []},
+        {"message": None},
+        {"extra": 1},
+    ],
+)
+def test_a_changed_message_record_reads_the_same_on_both_paths(
+    change: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 6)
+    lines = _lines(path)
+    n = next(n for n, line in enumerate(lines) if line.startswith('{"record":"message"'))
+    lines[n] = json.dumps({**json.loads(lines[n]), **change})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fast, general = _both(path, monkeypatch)
+    assert fast == general
+    assert "Error" in str(fast[-2])
