@@ -980,6 +980,38 @@ def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
     return _structure(data, Effect, what)  # type: ignore[no-any-return]
 
 
+_BLOCK = 1 << 14
+
+
+def _blocks(f: IO[bytes], check: bool) -> Iterator[tuple[list[bytes], bool, int]]:
+    """The lines of ``f`` (as ``for raw in f`` splits them), a block of whole lines at a time,
+    without their newlines: ``(lines, clean, nl)``. ``clean``: ``check`` and no line of the
+    block holds a run of 19 digits, so _fast_loads would hand each to orjson (the check is made
+    once per block, not once per line). ``nl`` is 1; 0 for a last line without a newline,
+    which comes alone, last.
+    """
+    parts: list[bytes] = []  # the start of a line that goes on in the next read
+    while True:
+        chunk = f.read(_BLOCK)
+        if not chunk:
+            break
+        if b"\n" not in chunk:
+            parts.append(chunk)
+            continue
+        if parts:
+            parts.append(chunk)
+            chunk = b"".join(parts)
+            parts = []
+        lines = chunk.split(b"\n")
+        last = lines.pop()
+        if last:
+            parts.append(last)
+        # a newline becomes a space, so no run found spans two lines
+        yield lines, check and _LONG_NUMBER not in chunk.translate(_DIGITS), 1
+    if parts:
+        yield [b"".join(parts)], False, 0
+
+
 class TraceReader:
     """Streams a trace file record by record (constant memory), checking it as it goes.
 
@@ -1028,81 +1060,83 @@ class TraceReader:
             last_i = -1
             ln = 0
             offset = 0
-            loads = None if _orjson is None else _orjson.loads
+            loads: Any = None if _orjson is None else _orjson.loads
             fast_messages = {} if _FAST_MESSAGE is None else _FAST_MESSAGES
             # After the header and before the end record, a step or message record whose
             # keys _check_keys takes goes straight to _step or _message: _record would make
             # no other check before handing it over. (The bulk of a trace.)
             lane = False
-            for raw in f:
-                ln += 1
-                tail = not raw.endswith(b"\n")
-                # _parse_line, its common case inline: a dict from orjson is what it returns
-                obj: Any = None
-                if loads is not None and _LONG_NUMBER not in raw.translate(_DIGITS):
-                    try:
-                        obj = loads(raw)
-                    except Exception:  # _parse_line decides, and words the error
-                        pass
-                if obj.__class__ is not dict:
-                    obj = self._parse_line(raw, ln, tail)
-                    if obj is None:  # a truncated tail we were told to tolerate
-                        self.truncated_tail = True
-                        return
-                offset += len(raw)
-                if lane:
-                    kind = obj.get("record")
-                    if kind == "step" and _STEP_REQUIRED <= obj.keys() <= _STEP_ALLOWED:
+            for lines, clean, nl in _blocks(f, loads is not None):
+                tail = not nl
+                for line in lines:
+                    ln += 1
+                    # _parse_line, its common case inline: a dict from orjson is what it
+                    # returns; in a clean block no line needs _fast_loads' own check
+                    obj: Any = None
+                    if clean or (loads is not None and _LONG_NUMBER not in line.translate(_DIGITS)):
                         try:
-                            step = self._step(obj, ln, bindings, last_i)
-                        except _Bad as e:
-                            raise self.error(ln, str(e)) from None
-                        self.valid_bytes = offset
-                        self.missing_newline = tail
-                        last_i = step.i
-                        if len(bindings.order) > bindings.window:
-                            bindings.evict()
-                        yield step
-                        continue
-                    if kind == "message" and obj.keys() == _MESSAGE_KEYS:
-                        # _message, its common case inline: a message its fast structurer
-                        # takes, with the id of the record (a str), bound as _message binds it
-                        mid = obj["id"]
-                        try:
-                            data = obj["message"]
-                            msg = fast_messages[data["type"]](data)
-                        except Exception:  # _message decides, and words the error
-                            msg = None
-                        if msg is not None and mid.__class__ is str and msg.id == mid:
-                            bindings.bind(msg)
-                            self.messages += 1
-                        else:
+                            obj = loads(line)
+                        except Exception:  # _parse_line decides, and words the error
+                            pass
+                    if obj.__class__ is not dict:
+                        obj = self._parse_line(line + b"\n" if nl else line, ln, tail)
+                        if obj is None:  # a truncated tail we were told to tolerate
+                            self.truncated_tail = True
+                            return
+                    offset += len(line) + nl
+                    if lane:
+                        kind = obj.get("record")
+                        if kind == "step" and _STEP_REQUIRED <= obj.keys() <= _STEP_ALLOWED:
                             try:
-                                self._message(obj, bindings)
+                                step = self._step(obj, ln, bindings, last_i)
                             except _Bad as e:
                                 raise self.error(ln, str(e)) from None
-                        self.valid_bytes = offset
-                        self.missing_newline = tail
+                            self.valid_bytes = offset
+                            self.missing_newline = tail
+                            last_i = step.i
+                            if len(bindings.order) > bindings.window:
+                                bindings.evict()
+                            yield step
+                            continue
+                        if kind == "message" and obj.keys() == _MESSAGE_KEYS:
+                            # _message, its common case inline: a message its fast structurer
+                            # takes, with the id of the record (a str), bound as _message binds it
+                            mid = obj["id"]
+                            try:
+                                data = obj["message"]
+                                msg = fast_messages[data["type"]](data)
+                            except Exception:  # _message decides, and words the error
+                                msg = None
+                            if msg is not None and mid.__class__ is str and msg.id == mid:
+                                bindings.bind(msg)
+                                self.messages += 1
+                            else:
+                                try:
+                                    self._message(obj, bindings)
+                                except _Bad as e:
+                                    raise self.error(ln, str(e)) from None
+                            self.valid_bytes = offset
+                            self.missing_newline = tail
+                            continue
+                    try:
+                        rec = self._record(obj, ln, bindings, last_i)
+                    except _Bad as e:
+                        raise self.error(ln, str(e)) from None
+                    self.valid_bytes = offset
+                    self.missing_newline = tail
+                    if rec is None:
                         continue
-                try:
-                    rec = self._record(obj, ln, bindings, last_i)
-                except _Bad as e:
-                    raise self.error(ln, str(e)) from None
-                self.valid_bytes = offset
-                self.missing_newline = tail
-                if rec is None:
-                    continue
-                if isinstance(rec, TraceHeader):
-                    bindings = _ReaderBindings(rec.message_window)
-                elif isinstance(rec, StepRecord):
-                    last_i = rec.i
-                    bindings.evict()
-                elif isinstance(rec, EndRecord):
-                    self.end = rec
-                elif isinstance(rec, ResumeRecord):
-                    bindings.reset()
-                lane = self.header is not None and self.end is None
-                yield rec
+                    if isinstance(rec, TraceHeader):
+                        bindings = _ReaderBindings(rec.message_window)
+                    elif isinstance(rec, StepRecord):
+                        last_i = rec.i
+                        bindings.evict()
+                    elif isinstance(rec, EndRecord):
+                        self.end = rec
+                    elif isinstance(rec, ResumeRecord):
+                        bindings.reset()
+                    lane = self.header is not None and self.end is None
+                    yield rec
             if ln == 0:
                 raise self.error(1, "the file is empty; a trace starts with a header record")
 

@@ -10,12 +10,15 @@ same reader counters, or the same error.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import effects.trace as trace
 import reducer.serialize as serialize
@@ -52,8 +55,8 @@ def _general_only(m: pytest.MonkeyPatch) -> None:
     m.setattr(serialize, "_FAST", _NoFastPath())
 
 
-def _outcome(path: Path) -> tuple[Any, ...]:
-    reader = TraceReader(path, tolerate_truncated_tail=True)
+def _outcome(path: Path, tolerate: bool = True) -> tuple[Any, ...]:
+    reader = TraceReader(path, tolerate_truncated_tail=tolerate)
     seen: list[str] = []
     try:
         for rec in reader:
@@ -266,3 +269,46 @@ def test_a_changed_message_record_reads_the_same_on_both_paths(
     fast, general = _both(path, monkeypatch)
     assert fast == general
     assert "Error" in str(fast[-2])
+
+
+# --- reading a block of lines at a time -------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    content=st.lists(
+        st.sampled_from([b"\n", b"a", b"1" * 7, b"2", b"\r", b"\x00", b'{"x":1}']), max_size=60
+    ).map(b"".join),
+    block=st.integers(min_value=1, max_value=24),
+)
+def test_blocks_split_a_file_as_iterating_it_does(content: bytes, block: int) -> None:
+    want = list(io.BytesIO(content))
+    got: list[bytes] = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(trace, "_BLOCK", block)
+        for lines, clean, nl in trace._blocks(io.BytesIO(content), check=True):
+            got += [line + b"\n" * nl for line in lines]
+            assert nl == 1 or lines == [want[-1]]
+            if clean:  # then no line holds a 19-digit run (orjson could read it as a float)
+                assert not any(trace._LONG_NUMBER in x.translate(trace._DIGITS) for x in lines)
+    assert got == want
+
+
+@pytest.mark.parametrize("block", [1, 5, 64, 4096])
+def test_the_block_size_changes_nothing_a_reader_sees(
+    block: int, sources: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole traces, traces cut anywhere (tolerated or not), a line with a 19-digit number."""
+    rng = random.Random(block)
+    path = tmp_path / "t.jsonl"
+    texts = ["\n".join(lines) + "\n" for lines in sources[:6]]
+    texts.append(texts[0].replace('"at_ms":10,', '"at_ms":12345678901234567890123,', 1))
+    assert texts[-1] != texts[0]
+    for text in texts:
+        data = text.encode("utf-8")
+        for cut in [len(data), *(rng.randrange(len(data)) for _ in range(8))]:
+            path.write_bytes(data[:cut] + (b"\x00" * 3 if cut % 3 == 0 else b""))
+            want = [_outcome(path, tolerate) for tolerate in (True, False)]
+            with monkeypatch.context() as m:
+                m.setattr(trace, "_BLOCK", block)
+                assert [_outcome(path, tolerate) for tolerate in (True, False)] == want, cut
