@@ -168,10 +168,6 @@ _SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 _SECRET_KEY = re.compile(r"key|token|secret|password|auth|credential|cookie", re.I)
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX_DIGITS = "0123456789abcdef"  # s.strip(_HEX_DIGITS) == "": s is lowercase hex (or empty)
-# The same test at C speed: not s.encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
-# (the encoding never fails for a str, and a character outside ASCII becomes bytes >= 0x80)
-_HEX_BYTES = _HEX_DIGITS.encode()
-_LEN_16 = frozenset({16})
 
 _MESSAGE_TYPES = (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage)
 _CONV_EFFECTS = (CallModel, Compact, RunStopHooks, SummarizeToolUse)
@@ -852,23 +848,7 @@ class _ReaderBindings:
         self.order.clear()
 
 
-_CONV_KEYS = frozenset({"length", "digest"})
-
-
 def _decode_conversation(data: Any) -> Conversation:
-    # Fast: the shape the recorder writes, tested without a regex or a set (JSON data holds no
-    # dict or str subclasses, and its only int subclass is bool); anything else: the test below.
-    if data.__class__ is dict and data.keys() == _CONV_KEYS:
-        length = data["length"]
-        digest = data["digest"]
-        if (
-            length.__class__ is int
-            and length >= 0
-            and digest.__class__ is str
-            and len(digest) == 32
-            and not digest.encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
-        ):
-            return _hollow(length, bytes.fromhex(digest))
     if (
         not isinstance(data, dict)
         or set(data) != {"length", "digest"}
@@ -1233,7 +1213,7 @@ class TraceReader:
 
     def _message(self, obj: dict[str, Any], b: _ReaderBindings) -> None:
         mid = obj["id"]
-        if mid.__class__ is not str:  # JSON data: no str subclasses
+        if not isinstance(mid, str):
             raise _Bad("message record: 'id' must be a string")
         msg: Message | None = None
         if _FAST_MESSAGE is not None:
@@ -1326,11 +1306,7 @@ class TraceReader:
                 for k, (e, d) in enumerate(zip(tried, raw_fx, strict=True))
             )
         digest = obj["digest"]
-        if (
-            digest.__class__ is not str
-            or len(digest) != 32
-            or digest.encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
-        ):
+        if digest.__class__ is not str or len(digest) != 32 or digest.strip(_HEX_DIGITS):
             raise _Bad(f"step {i}: 'digest' must be 32 lowercase hex digits")
         phase = obj["phase"]
         if phase not in PHASES:
@@ -1342,26 +1318,12 @@ class TraceReader:
         if "transition" in obj:
             transition = _structure(obj["transition"], Transition, f"step {i}: transition")
         fields = obj.get("fields", {})
-        # Fast: the keys are state fields, every value has 16 characters, and together (join
-        # raises unless all are str; JSON data holds no str subclass) they are lowercase hex
-        try:
-            vals = fields.values()
-            ok = (
-                fields.keys() <= _STATE_FIELD_SET
-                and {*map(len, vals)} <= _LEN_16
-                and not "".join(vals).encode("utf-8", "surrogatepass").translate(None, _HEX_BYTES)
-            )
-        except (AttributeError, TypeError):  # not a dict, a value without a length or not a str
-            ok = False
-        if not ok and (
-            not isinstance(fields, dict)
-            or not all(
-                k in _STATE_FIELD_SET
-                and v.__class__ is str
-                and len(v) == 16
-                and not v.strip(_HEX_DIGITS)
-                for k, v in fields.items()
-            )
+        if not isinstance(fields, dict) or not all(
+            k in _STATE_FIELD_SET
+            and v.__class__ is str
+            and len(v) == 16
+            and not v.strip(_HEX_DIGITS)
+            for k, v in fields.items()
         ):
             raise _Bad(f"step {i}: 'fields' must map state field names to 16 hex digits")
         return StepRecord(
