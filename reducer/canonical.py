@@ -101,10 +101,10 @@ def _compile_text(cls: type) -> Any:
         if k == "type" and tag is not None:
             pieces.append(repr(sep + _dumps(k) + ":" + _dumps(tag)))
         else:
-            # a str field (the usual case) is written here, without a call of _text
+            # a str or None field (the usual cases) is written here, without a call of _text
             pieces.append(
                 repr(sep + _dumps(k) + ":")
-                + f" + (S(x) if (x := v.{k}).__class__ is str else T(x))"
+                + f" + (S(x) if (x := v.{k}).__class__ is str else 'null' if x is None else T(x))"
             )
     body = " + ".join(pieces) + " + '}'" if pieces else "'{}'"
     memo = tag is not None or cls.__name__ in ("Slot", "Usage", "ErrorInfo", "ToolTraits")
@@ -157,14 +157,10 @@ def _text(v: Any) -> str:
     if isinstance(v, (tuple, list)):
         return "[" + ",".join([_text(x) for x in v]) + "]"
     if isinstance(v, dict):
-        return (
-            "{"
-            + ",".join(
-                _dumps(str(k)) + ":" + _text(x)
-                for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))
-            )
-            + "}"
-        )
+        if not all(k.__class__ is str for k in v):
+            v = {str(k): x for k, x in v.items()}  # as to_data does (a later key wins)
+        # the keys are unique strs now, so sorting the items compares keys only
+        return "{" + ",".join([_dumps_str(k) + ":" + _text(x) for k, x in sorted(v.items())]) + "}"
     return _dumps(to_data(v))
 
 
