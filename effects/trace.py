@@ -38,7 +38,6 @@ import typing
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import repeat
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -1088,7 +1087,11 @@ class TraceReader:
                             except Exception:  # _message decides, and words the error
                                 msg = None
                             if msg is not None and mid.__class__ is str and msg.id == mid:
-                                bindings.bind(msg)
+                                # bindings.bind(msg), inline
+                                seq = bindings.seq + 1
+                                bindings.seq = seq
+                                bindings.by_id[msg.id] = (seq, msg)
+                                bindings.order.append((seq, msg.id))
                                 self.messages += 1
                             else:
                                 try:
@@ -1297,8 +1300,22 @@ class TraceReader:
         if not isinstance(raw_fx, list):
             raise _Bad(f"step {i}: 'effects' must be a list")
         # _fast_effect never raises and has no side effect, so trying every effect first
-        # changes nothing; where it declined, _decode_effect decides, in order
-        tried = tuple(map(_fast_effect, raw_fx, repeat(b)))
+        # changes nothing; where it declined, _decode_effect decides, in order. Its Emit case
+        # (most effects) is inline, while the fast tables are there (tests take them away).
+        emits = bool(_FAST_EFFECTS)
+        by_id = b.by_id
+        fx: list[Effect | None] = []
+        for d in raw_fx:
+            if emits and d.__class__ is dict and d.keys() == _EMIT_KEYS and d["type"] == "emit":
+                item = d["item"]
+                if item.__class__ is dict and len(item) == 1:
+                    ref = item.get("ref")
+                    if ref.__class__ is str:
+                        got = by_id.get(ref)
+                        fx.append(None if got is None else Emit(item=got[1]))
+                        continue
+            fx.append(_fast_effect(d, b))
+        tried = tuple(fx)
         effects: tuple[Effect, ...] = tried  # type: ignore[assignment]  # no None: all() below
         if not all(tried):
             effects = tuple(
