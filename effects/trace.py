@@ -918,7 +918,7 @@ _EMIT_KEYS = frozenset({"type", "item"})
 
 def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
     """What ``_decode_effect`` returns for a well-formed effect; None: ask ``_decode_effect``
-    (which decides, and words the error). Callers try this first. Never raises."""
+    (which decides, and words the error). Callers try this first. Raises nothing, for JSON data."""
     if data.__class__ is not dict:
         return None
     tag = data.get("type")
