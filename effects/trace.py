@@ -894,12 +894,13 @@ _FAST_EFFECTS = _fast_table(
 
 def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
     if data.__class__ is dict:
-        fast = _FAST_EVENTS.get(data.get("type"))  # type: ignore[arg-type]
-        if fast is not None:
-            try:
+        try:  # an unhashable tag raises here too; the general code words the error
+            fast = _FAST_EVENTS.get(data.get("type"))  # type: ignore[arg-type]
+            if fast is not None:
                 return fast(data)  # type: ignore[no-any-return]
-            except Exception:  # the general code decides, and words the error
-                pass
+        except Exception:  # the general code decides, and words the error
+            pass
+    _check_tag(data, what)
     if isinstance(data, dict) and data.get("type") == CompactionFinished.TAG and "messages" in data:
         raw = data["messages"]
         if not isinstance(raw, list):
@@ -938,7 +939,17 @@ def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
     return None
 
 
+def _check_tag(data: Any, what: str) -> None:
+    """A record's ``"type"``, when there is one, is a string (a list or an object there is
+    no tag; without this check it would fail as an unhashable key, not as a trace error)."""
+    if isinstance(data, dict):
+        tag = data.get("type")
+        if tag is not None and not isinstance(tag, str):
+            raise _Bad(f"{what}: 'type' must be a string, got {json.dumps(tag)[:80]}")
+
+
 def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
+    _check_tag(data, what)
     if isinstance(data, dict):
         tag = data.get("type")
         if tag == Emit.TAG and isinstance(data.get("item"), dict) and "ref" in data["item"]:
@@ -1288,12 +1299,12 @@ class TraceReader:
                 raise _Bad('step 0 is start() and has "event": null')
             # _decode_event's fast path, inline
             if raw_event.__class__ is dict:
-                fast = _FAST_EVENTS.get(raw_event.get("type"))  # type: ignore[arg-type]
-                if fast is not None:
-                    try:
+                try:  # an unhashable tag raises here too; _decode_event words the error
+                    fast = _FAST_EVENTS.get(raw_event.get("type"))  # type: ignore[arg-type]
+                    if fast is not None:
                         event = fast(raw_event)
-                    except Exception:  # _decode_event decides, and words the error
-                        pass
+                except Exception:  # _decode_event decides, and words the error
+                    pass
             if event is None:
                 event = _decode_event(raw_event, b, f"step {i}: event")
         raw_fx = obj["effects"]

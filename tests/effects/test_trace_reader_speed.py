@@ -312,3 +312,50 @@ def test_the_block_size_changes_nothing_a_reader_sees(
             with monkeypatch.context() as m:
                 m.setattr(trace, "_BLOCK", block)
                 assert [_outcome(path, tolerate) for tolerate in (True, False)] == want, cut
+
+
+# --- a tag that is not a string ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "tag"),
+    [
+        ("event", ["x"]),
+        ("event", {"a": 1}),
+        ("event", 7),
+        ("effect", ["x"]),
+        ("effect", {"a": 1}),
+        ("message", ["x"]),
+    ],
+)
+def test_a_tag_that_is_not_a_string_is_a_trace_error(where: str, tag: Any, tmp_path: Path) -> None:
+    """A list or an object as a "type" is unhashable: it must end reading as a TraceError
+    naming the line, on the fast path and the careful one alike (it was a bare TypeError)."""
+    path = tmp_path / "t.jsonl"
+    build_synthetic(path, 6)
+    lines = _lines(path)
+
+    def retag(rec: dict[str, Any]) -> bool:
+        if where == "message":
+            if rec["record"] != "message":
+                return False
+            rec["message"]["type"] = tag
+            return True
+        if rec["record"] != "step" or rec["i"] < 1:
+            return False
+        if where == "event":
+            rec["event"]["type"] = tag
+            return True
+        if not rec["effects"]:
+            return False
+        rec["effects"][0]["type"] = tag
+        return True
+
+    records = [json.loads(line) for line in lines]
+    n = next(k for k, rec in enumerate(records) if retag(rec))
+    rec = records[n]
+    lines[n] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(trace.TraceError) as exc:
+        list(TraceReader(path))
+    assert f"{path}:{n + 1}:" in str(exc.value)
