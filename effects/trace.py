@@ -429,6 +429,7 @@ class TraceRecorder:
         self._closed = False
         self._prev: LoopState | None = None
         self._fields: dict[str, str] = {}
+        self._digester = _StateDigester()  # state and field digests at the cost of the change
         self.redactions = 0
         """How many times a secret was replaced in this file."""
         if config is not None and request is not None:
@@ -488,7 +489,7 @@ class TraceRecorder:
             "i": self._next,
             "event": None if event is None else encode_event(event, ref),
             "effects": [encode_effect(e, ref) for e in effects],
-            "digest": state_digest(state),
+            "digest": self._digester(state),
             "phase": state.phase,
             "turn_count": state.turn_count,
         }
@@ -526,7 +527,7 @@ class TraceRecorder:
             value = getattr(state, name)
             if prev is not None and getattr(prev, name) is value:
                 continue  # unchanged fields are shared between states
-            d = _field_digest(value)
+            d = self._digester.field_digest(state, name)
             if self._fields.get(name) != d:
                 self._fields[name] = d
                 out[name] = d
@@ -1437,7 +1438,9 @@ class ReplayReport:
 
 
 class _StateDigester:
-    """``state_digest(state)`` for consecutive states of a replay, at the cost of what changed.
+    """``state_digest(state)`` for consecutive states of a recording or a replay, at the cost
+    of what changed; and the digests of single fields (:meth:`field_digest`) from the same
+    texts.
 
     The canonical text of an attrs instance is fixed by R-COST-2 (and
     ``canonical.canonical_bytes_reference``): ``{"name":TEXT,...}`` over its fields in sorted
@@ -1457,10 +1460,18 @@ class _StateDigester:
             nested["round"] = _Layout(Round, {"slots": slots})
         if _composed(Ids):
             nested["ids"] = _Layout(Ids, {})
-        self.text = _Layout(LoopState, nested).text if _composed(LoopState) else canonical_bytes
+        self.layout = _Layout(LoopState, nested) if _composed(LoopState) else None
+        self.text = self.layout.text if self.layout is not None else canonical_bytes
 
     def __call__(self, state: LoopState) -> str:
         return hashlib.blake2b(self.text(state), digest_size=16).hexdigest()
+
+    def field_digest(self, state: LoopState, name: str) -> str:
+        """``_field_digest(getattr(state, name))``, from the field's text composed by the last
+        call, which must have been for ``state``."""
+        if self.layout is None or state.__class__ is not LoopState:
+            return _field_digest(getattr(state, name))
+        return digest_bytes(self.layout.field_text(name)).hex()[:16]
 
 
 def _composed(cls: type) -> bool:
@@ -1513,6 +1524,14 @@ class _Layout:
         lines.append("    return JOIN(T)")
         exec(compile("\n".join(lines) + "\n", f"<state text {cls.__qualname__}>", "exec"), ns)
         self.text: Callable[[Any], bytes] = ns["text"]
+        self._texts = texts
+        self._cut = {name: (n, len(ns[f"P{n}"])) for n, name in enumerate(names)}
+
+    def field_text(self, name: str) -> bytes:
+        """The canonical text of field ``name`` of the instance ``text`` was last called for
+        (an instance of this very class: for another, ``text`` composes nothing)."""
+        n, cut = self._cut[name]
+        return self._texts[n][cut:]
 
 
 def _value_text(v: Any) -> bytes:

@@ -166,6 +166,28 @@ def test_the_composed_state_digest_is_state_digest_at_every_step(tmp_path: Path)
     assert steps > 700
 
 
+def test_recorded_field_digests_are_the_definition_at_every_step(tmp_path: Path) -> None:
+    """The recorder takes field digests from the composed texts; each step record's "fields"
+    must still be what _field_digest gives for every field whose digest changed."""
+    synthetic = tmp_path / "synthetic.jsonl"
+    build_synthetic(synthetic, 600)
+    steps = 0
+    for path in [*sorted(SCENARIOS.glob("*.jsonl")), synthetic]:
+        last: dict[str, str] = {}
+        walk = _Walk(TraceReader(path))
+        for rec in walk:
+            if isinstance(rec, trace.ResumeRecord):
+                continue
+            if isinstance(rec, StepRecord):
+                assert walk.state is not None
+                now = trace._field_digests(walk.state)
+                expected = {n: d for n, d in now.items() if last.get(n) != d}
+                assert rec.fields == expected, (path, rec.i)
+                last = now
+                steps += 1
+    assert steps > 700
+
+
 def test_a_state_that_differs_in_one_nested_field_gets_another_digest() -> None:
     """The composition reuses a field's text only while it holds the same object."""
     state, _ = start(Request(prompt="hi"), default())
