@@ -21,38 +21,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effects.trace as trace
-import reducer.serialize as serialize
 from benchmarks.replay_throughput import build_synthetic
 from effects.trace import TraceReader
+from tests.effects.test_trace_fast import _general_only as _no_fast_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "specs" / "scenarios"
 _NEVER = frozenset({"<no record has this key>"})
 
 
-class _NoFastPath(dict[Any, Any]):
-    """A structurer table that has nothing: structure() goes straight to the converter."""
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return None
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __getitem__(self, key: Any) -> Any:
-        return None
-
-
 def _general_only(m: pytest.MonkeyPatch) -> None:
     """Every line through _record, no orjson, no compiled structurer."""
-    m.setattr(trace, "_orjson", None)
-    m.setattr(trace, "_FAST_EVENTS", {})
-    m.setattr(trace, "_FAST_EFFECTS", {})
-    m.setattr(trace, "_fast_effect", lambda data, b: None)
-    m.setattr(trace, "_FAST_MESSAGE", None)
+    _no_fast_paths(m)  # test_trace_fast's: no orjson, no fast tables or structurers
     m.setattr(trace, "_STEP_REQUIRED", _NEVER)  # no step record takes the lane
     m.setattr(trace, "_MESSAGE_KEYS", _NEVER)  # no message record takes the lane
-    m.setattr(serialize, "_FAST", _NoFastPath())
 
 
 def _outcome(path: Path, tolerate: bool = True) -> tuple[Any, ...]:
