@@ -30,8 +30,8 @@ Set STEPLOOP_KEEP_TRACES=1 to keep the trace files (they are deleted otherwise).
 ``--verify checkpoint`` replays with the checkpoint policy (state digests at checkpoints, see
 specs/trace-format.md section 7) instead of the default, which checks every digest.
 
-``--breakdown`` (:func:`breakdown`) also takes the replay of the first size apart, the parts
-interleaved over repetitions: reading and decoding the file alone, ``step()`` alone over the
+``--breakdown`` (:func:`breakdown`, in a fresh interpreter) also takes the replay of the first
+size apart, the parts interleaved over repetitions: reading and decoding the file alone, ``step()`` alone over the
 decoded events, and the whole replay under each verify policy. ``step()`` alone bounds what
 any replay of these events can reach on this machine, however cheap reading and checking get.
 
@@ -166,8 +166,8 @@ def measure_size(
 
     The timed replay runs in a fresh interpreter (:func:`replay_in_child`), which also reports
     its peak RSS and samples the allocated-blocks proxy. ``memory``: also replay here under
-    tracemalloc; ``breakdown_reps``: if above 0, take the replay apart (:func:`breakdown`) over
-    that many repetitions.
+    tracemalloc; ``breakdown_reps``: if above 0, take the replay apart (:func:`breakdown`, in
+    another fresh interpreter) over that many repetitions.
     """
     path = directory / f"synthetic-{events}.jsonl"
     t0 = time.perf_counter()
@@ -190,7 +190,7 @@ def measure_size(
         "rss_source": child["source"],
     }
     if breakdown_reps > 0:
-        out["breakdown"] = breakdown(path, breakdown_reps)
+        out["breakdown"] = breakdown_in_child(path, breakdown_reps)
     if memory:
         tracemalloc.start()
         tracemalloc.reset_peak()
@@ -222,9 +222,33 @@ def replay_in_child(path: str | os.PathLike[str], verify: Verify = "every") -> d
     (``ru_maxrss`` would also count the parent's pages at the fork); elsewhere they are
     ``ru_maxrss``, and ``source`` says which.
     """
+    return _in_child("replay", path, verify=verify)
+
+
+def breakdown_in_child(path: str | os.PathLike[str], reps: int = 5) -> dict[str, Any]:
+    """:func:`breakdown` in a fresh interpreter.
+
+    The suite's own process has held the peers and every earlier item by then; its cyclic
+    garbage collector has that much more to walk, which would be charged to the replay.
+    """
+    return _in_child("breakdown", path, reps=reps)
+
+
+def profile_in_child(path: str | os.PathLike[str], verify: Verify = "every") -> dict[str, Any]:
+    """cProfile of ``replay_exact(path)`` in a fresh interpreter, after one unprofiled replay
+    of the same trace (so the profile is of a warm replay, as the timed figures are)."""
+    return _in_child("profile", path, verify=verify)
+
+
+CHILD_KINDS = ("replay", "breakdown", "profile")
+
+
+def _in_child(
+    kind: str, path: str | os.PathLike[str], *, verify: Verify = "every", reps: int = 5
+) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
-    args = ["--rss-child", str(path), "--verify", verify]
+    args = ["--child", kind, str(path), "--verify", verify, "--reps", str(reps)]
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.replay_throughput", *args],
         cwd=ROOT,
@@ -234,9 +258,25 @@ def replay_in_child(path: str | os.PathLike[str], verify: Verify = "every") -> d
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"the replay child failed ({proc.returncode}): {proc.stderr.strip()}")
+        raise RuntimeError(f"the {kind} child failed ({proc.returncode}): {proc.stderr.strip()}")
     out: dict[str, Any] = json.loads(proc.stdout)
     return out
+
+
+def _child(kind: str, path: str, verify: Verify, reps: int) -> dict[str, Any]:
+    if kind == "replay":
+        return _replay_child(path, verify)
+    if kind == "breakdown":
+        return breakdown(path, reps)
+    if kind == "profile":
+        from benchmarks.common import Profiler
+
+        if not replay_exact(path, verify=verify).ok:
+            raise SystemExit(f"{path} does not replay exactly")
+        with Profiler() as prof:
+            replay_exact(path, verify=verify)
+        return prof.report(focus=("reducer/machine.py:step", "effects/trace.py:_check_step"))
+    raise SystemExit(f"unknown child kind {kind!r}; expected one of {', '.join(CHILD_KINDS)}")
 
 
 def _high_water_kib() -> tuple[int, str]:
@@ -250,7 +290,7 @@ def _high_water_kib() -> tuple[int, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "ru_maxrss"
 
 
-def _rss_child(path: str, verify: Verify) -> None:
+def _replay_child(path: str, verify: Verify) -> dict[str, Any]:
     before, source = _high_water_kib()
     base = sys.getallocatedblocks()
     peak_blocks = base
@@ -274,7 +314,7 @@ def _rss_child(path: str, verify: Verify) -> None:
         "peak_kib": peak,
         "source": source,
     }
-    print(json.dumps(out))
+    return out
 
 
 def breakdown(path: str | os.PathLike[str], reps: int = 5) -> dict[str, Any]:
@@ -391,7 +431,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="also take the replay of the first size apart (read, step(), verify policies)",
     )
-    p.add_argument("--rss-child", metavar="TRACE", help=argparse.SUPPRESS)
+    p.add_argument("--child", nargs=2, metavar=("KIND", "TRACE"), help=argparse.SUPPRESS)
+    p.add_argument("--reps", type=int, default=5, help=argparse.SUPPRESS)
     p.add_argument(
         "--verify",
         choices=VERIFY_POLICIES,
@@ -399,8 +440,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="exact replay's policy: every state digest (default) or at checkpoints",
     )
     args = p.parse_args(argv)
-    if args.rss_child:
-        _rss_child(args.rss_child, args.verify)
+    if args.child:
+        print(json.dumps(_child(args.child[0], args.child[1], args.verify, args.reps)))
         return
     result = run_benchmark(args.quick, args.events, not args.no_memory, args.verify, args.breakdown)
     print(json.dumps(result, indent=2))

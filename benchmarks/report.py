@@ -183,8 +183,9 @@ def _replay(item: dict[str, Any]) -> list[str]:
     if parts is not None:
         us = parts["us_per_event"]
         out += [
-            f"Where the time goes, replaying {parts['events']:,} events: each part timed alone,"
-            f" interleaved over {parts['reps']} repetitions, median µs per event.",
+            f"Where the time goes, replaying {parts['events']:,} events in a fresh interpreter:"
+            f" each part timed alone, interleaved over {parts['reps']} repetitions, median µs"
+            " per event.",
             "",
             "| part | µs per event | events/s |",
             "|---|---|---|",
@@ -283,7 +284,10 @@ def markdown(report: dict[str, Any]) -> str:
         elif key.startswith("3"):
             lines += _replay(item)
             if "profile" in item:
-                profiles += _profile("item 3, replay_exact on a 5,000-event trace", item["profile"])
+                profiles += _profile(
+                    "item 3, replay_exact on a 5,000-event trace (fresh interpreter, warm)",
+                    item["profile"],
+                )
         elif key.startswith("4"):
             lines += _streaming(item)
         elif key.startswith("5"):

@@ -36,6 +36,8 @@ def test_a_trace_that_does_not_replay_is_an_error(trace: Path, tmp_path: Path) -
     bad.write_text("".join(lines))
     with pytest.raises(RuntimeError, match="the replay child failed"):
         rt.replay_in_child(bad)
+    with pytest.raises(RuntimeError, match="the profile child failed.*does not replay exactly"):
+        rt.profile_in_child(bad)
 
 
 def test_breakdown_times_each_part_on_the_same_events(trace: Path) -> None:
@@ -48,6 +50,20 @@ def test_breakdown_times_each_part_on_the_same_events(trace: Path) -> None:
     assert us["replay_every"] > us["step"] and us["replay_checkpoint"] > us["step"]
     assert out["step_ceiling_events_per_s"] == round(1e6 / us["step"])
     assert out["events_per_s"]["every"] == round(1e6 / us["replay_every"])
+
+
+def test_the_breakdown_child_reports_the_same_parts(trace: Path) -> None:
+    out = rt.breakdown_in_child(trace, reps=1)
+    assert out["events"] == 200 and out["reps"] == 1
+    assert set(out["us_per_event"]) == {"read", "step", "replay_every", "replay_checkpoint"}
+
+
+def test_the_profile_child_profiles_a_replay(trace: Path) -> None:
+    out = rt.profile_in_child(trace)
+    assert out["total_s"] > 0
+    names = [row["function"] for row in out["top_by_tottime"]]
+    assert any("trace.py" in n or "machine.py" in n or "_replace.py" in n for n in names)
+    assert 0 < out["cumulative_share_pct"]["reducer/machine.py:step"] < 100
 
 
 def test_measure_size_reports_every_memory_figure(tmp_path: Path) -> None:
