@@ -141,10 +141,10 @@ def replay(quick: bool) -> dict[str, Any]:
 
 def _replay_profile(module: Any, events: int) -> dict[str, Any]:
     """cProfile of ``effects.trace.replay_exact`` on a synthetic trace of ``events`` events,
-    in a fresh interpreter: this process holds the peers and every earlier item, and the
-    garbage collector's walks over them would be charged to whichever replay function
-    happened to allocate (the 02:42 UTC Dec 1 run showed 28% of the replay "in" one
-    ``evolve`` of an AssistantMessage that takes 2 µs when timed alone)."""
+    in a fresh interpreter. This process holds the peers and every earlier item by then: the
+    02:42 UTC Dec 1 run charged 28% of the replay to one ``evolve`` of an AssistantMessage
+    that takes 2 µs when timed alone, most likely the garbage collector walking those objects
+    while that function allocated."""
     progress(f"replay: profiling the replay of {events:,} events")
     with tempfile.TemporaryDirectory(prefix="steploop-replay-") as tmp:
         path = Path(tmp) / "profiled.jsonl"
