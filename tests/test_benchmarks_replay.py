@@ -36,7 +36,7 @@ def test_a_trace_that_does_not_replay_is_an_error(trace: Path, tmp_path: Path) -
     bad.write_text("".join(lines))
     with pytest.raises(RuntimeError, match="the replay child failed"):
         rt.replay_in_child(bad)
-    with pytest.raises(RuntimeError, match="the profile child failed.*does not replay exactly"):
+    with pytest.raises(RuntimeError, match=r"the profile child failed.*does not replay exactly"):
         rt.profile_in_child(bad)
 
 
