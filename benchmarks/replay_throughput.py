@@ -31,9 +31,10 @@ Set STEPLOOP_KEEP_TRACES=1 to keep the trace files (they are deleted otherwise).
 specs/trace-format.md section 7) instead of the default, which checks every digest.
 
 ``--breakdown`` (:func:`breakdown`, in a fresh interpreter) also takes the replay of the first
-size apart, the parts interleaved over repetitions: reading and decoding the file alone, ``step()`` alone over the
-decoded events, and the whole replay under each verify policy. ``step()`` alone bounds what
-any replay of these events can reach on this machine, however cheap reading and checking get.
+size apart, the parts interleaved over repetitions: reading and decoding the file alone,
+``step()`` alone over the decoded events, and the whole replay under each verify policy.
+``step()`` alone bounds what any replay of these events can reach on this machine, however
+cheap reading and checking get.
 
 Run: .venv/bin/python -m benchmarks.replay_throughput [--events N ...] [--quick] [--no-memory]
      [--verify every|checkpoint] [--breakdown]
