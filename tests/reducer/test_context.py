@@ -725,6 +725,7 @@ def test_collapse_drain_folds_all_but_newest() -> None:
     fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="prompt_too_long", status=400))
     assert d.transition == CollapseDrainRetry(committed=3)
     assert [type(e) for e in fx] == [CallModel]  # nothing emitted, the error withheld
+    assert isinstance(fx[0], CallModel)
     sent = fx[0].conversation
     assert _stub(sent).content == (
         TextBlock(text="[Context collapsed: 6 earlier messages folded; tools used: Read]"),
@@ -870,7 +871,7 @@ def test_digests_are_lazy_and_equal_to_eager_ones() -> None:
     branch = lazy.prev.append(msgs[0]) if lazy.prev is not None else lazy
     assert branch.digest != lazy.digest and branch._digest is not None
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        lazy.length = 3  # type: ignore[misc]
+        lazy.length = 3
     with pytest.raises(ValueError, match="needs prev and last"):
         Conversation(
             prev=None,

@@ -132,6 +132,13 @@ def api_errors(items: list[Any], kind: str | None = None) -> list[AssistantMessa
     ]
 
 
+def error_text(m: AssistantMessage) -> str:
+    """The text of an API-error message, which is its first block and a text block."""
+    block = m.content[0]
+    assert isinstance(block, TextBlock)
+    return block.text
+
+
 def emitted_in(fx: tuple[Any, ...]) -> list[Any]:
     return [e.item for e in fx if isinstance(e, Emit)]
 
@@ -201,7 +208,7 @@ def test_g2_unrecovered_prompt_too_long_ends_before_stop_hooks() -> None:
     compact_fail(d)
     assert_finished(d, PromptTooLong())
     assert not d.of(RunStopHooks)
-    assert [m.content[0].text for m in api_errors(emitted_in(d.last))] == ["Prompt is too long"]
+    assert [error_text(m) for m in api_errors(emitted_in(d.last))] == ["Prompt is too long"]
 
 
 @pytest.mark.spec("G2")
@@ -434,7 +441,7 @@ def test_g7_blocking_applies_without_exemption() -> None:
     d = Driver(cfg)
     tool_round(d, "t0", usage(cfg.blocking_limit + 1_000))
     assert_finished(d, BlockingLimit())
-    assert [m.content[0].text for m in api_errors(emitted_in(d.last))] == ["Prompt is too long"]
+    assert [error_text(m) for m in api_errors(emitted_in(d.last))] == ["Prompt is too long"]
 
 
 @pytest.mark.spec("G7")
@@ -918,4 +925,6 @@ def test_g14_unbudgeted_tool_keeps_full_result() -> None:
     d.end("tool_use")
     d.finish_tool("r1", "r" * 80_000)
     assert not d.of(PersistToolResult)
-    assert _result_msg(d, "r1").content[0].content == "r" * 80_000
+    block = _result_msg(d, "r1").content[0]
+    assert isinstance(block, ToolResultBlock)
+    assert block.content == "r" * 80_000

@@ -70,6 +70,13 @@ def api_errors(items: Any, kind: str | None = None) -> list[AssistantMessage]:
     ]
 
 
+def error_text(m: AssistantMessage) -> str:
+    """The text of an API-error message, which is its first block and a text block."""
+    block = m.content[0]
+    assert isinstance(block, TextBlock)
+    return block.text
+
+
 def assert_completed_without_hooks(d: Driver) -> None:
     assert isinstance(d.last[-1], Finish) and d.last[-1].terminal == Completed()
     assert d.phase == "done"
@@ -341,7 +348,7 @@ def test_no_fallback_model_gives_up_at_the_limit() -> None:
     fx = fail(d, "overloaded", status=529, message="Overloaded")
     assert not of(fx, Wait)
     assert_completed_without_hooks(d)
-    assert [m.content[0].text for m in api_errors(emitted_in(fx), "overloaded")] == [
+    assert [error_text(m) for m in api_errors(emitted_in(fx), "overloaded")] == [
         "API Error: Overloaded"
     ]
 
@@ -489,7 +496,7 @@ def test_media_error_emitted_without_media_recovery() -> None:
     d = Driver(claude_code_2_1_88())
     fx = fail(d, "media", status=413, message="Image was too large")
     (err,) = api_errors(emitted_in(fx), "media")
-    assert "Image was too large" in err.content[0].text
+    assert "Image was too large" in error_text(err)
     assert not of(fx, Compact)
     assert_completed_without_hooks(d)
 
@@ -542,7 +549,7 @@ def test_max_tokens_error_wording_names_the_call_max_tokens() -> None:
         d.text("partial")
         d.end("max_tokens")
     (err,) = api_errors(d.emitted(), "max_output_tokens")
-    assert err.content[0].text == (
+    assert error_text(err) == (
         "API Error: Claude's response exceeded the 32000 output token maximum. "
         "To configure this behavior, set the CLAUDE_CODE_MAX_OUTPUT_TOKENS environment variable."
     )
@@ -557,7 +564,7 @@ def test_context_window_exceeded_is_a_mot_error() -> None:
         d.text("partial")
         d.end("model_context_window_exceeded")
     (err,) = api_errors(d.emitted(), "max_output_tokens")
-    assert err.content[0].text == "API Error: The model has reached its context window limit."
+    assert error_text(err) == "API Error: The model has reached its context window limit."
 
 
 # --- R-AUTH-1 --------------------------------------------------------------------------------
