@@ -69,7 +69,7 @@ def with_gates(cfg: LoopConfig, **gates: bool) -> LoopConfig:
     return attrs.evolve(cfg, gates=attrs.evolve(cfg.gates, **gates))
 
 
-def both(cfg: LoopConfig, flag: str) -> Any:
+def both(cfg: LoopConfig, flag: str) -> pytest.MarkDecorator:
     return pytest.mark.parametrize(
         ("flagged", "config"), [(False, cfg), (True, flip(cfg, flag))], ids=["default", flag]
     )
