@@ -57,7 +57,7 @@ from reducer.explore import (
     catalogue,
     explore,
 )
-from reducer.machine import MOT_NUDGE
+from reducer.machine import MOT_NUDGE, step
 from reducer.messages import (
     AssistantMessage,
     ErrorInfo,
@@ -525,7 +525,8 @@ def test_a_machine_that_accepts_events_after_finish_is_caught(
     """The explorer probes every terminal state with an interrupt."""
     import reducer.explore as explore_module
 
-    real = explore_module.step
+    real = step  # the machine's step(), which reducer.explore imports and calls
+    assert vars(explore_module)["step"] is real
 
     def lax(state: Any, event: Any, config: Any) -> Any:
         if state.phase == "done":

@@ -49,7 +49,7 @@ from reducer.events import (
     WaitElapsed,
 )
 from reducer.messages import SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
-from reducer.state import LoopState
+from reducer.state import LoopState, Phase
 from reducer.transitions import (
     AbortedStreaming,
     AbortedTools,
@@ -134,7 +134,7 @@ def _current_tool(s: LoopState) -> str:
     return slots[-1].tool_use_id if slots else "toolu_a"
 
 
-def variants(s: LoopState, cls: type) -> list[tuple[str, Any]]:
+def variants(s: LoopState, cls: type) -> list[tuple[str, Event]]:
     """Plausible instances of ``cls`` for state ``s``: current ids, earlier ids, never-issued
     ids. Labels start with ``cur``, ``old`` or ``new`` accordingly."""
     call = s.round.call_id
@@ -161,7 +161,7 @@ def variants(s: LoopState, cls: type) -> list[tuple[str, Any]]:
             for stop in ("end_turn", "max_tokens")
         ]
     if cls is ModelCallFailed:
-        out = [
+        out: list[tuple[str, Event]] = [
             (f"cur-{k}", ModelCallFailed(call_id=call, kind=k))
             for k in ("rate_limited", "prompt_too_long", "media", "unknown", "stream_broken")
         ]
@@ -359,7 +359,7 @@ def test_table_covers_every_phase_and_only_known_events() -> None:
     for phase, row in TABLE.items():
         assert set(row) <= set(EVENT_CLASSES), phase
         assert allowed_events(phase) == tuple(sorted(c.__name__ for c in row))
-    waits = {
+    waits: dict[Phase, set[type]] = {
         "compacting": {CompactionFinished, CompactionFailed},
         "streaming": {ModelBlockReceived, ModelResponseEnded, ModelCallFailed},
         "waiting_retry": {WaitElapsed},
@@ -369,7 +369,7 @@ def test_table_covers_every_phase_and_only_known_events() -> None:
         "stop_hooks": {StopHooksFinished},
     }
     for phase, needed in waits.items():
-        assert needed <= set(TABLE[phase]), phase  # type: ignore[index]
+        assert needed <= set(TABLE[phase]), phase
     for phase in NON_TERMINAL:  # [R-CMD-1], [R-SUM-1], [M-3]
         assert {Interrupted, CommandQueued, ToolUseSummaryReady} <= set(TABLE[phase])
 
@@ -394,7 +394,7 @@ def test_ids_of_earlier_and_never_issued_calls(phase: str) -> None:
     s = reach(phase)
     call, gen = s.round.call_id, s.round.generation
     assert call >= 2 and gen >= 2
-    late = [
+    late: list[Event] = [
         ModelBlockReceived(call_id=call - 1, block=TextBlock(text="late")),
         ModelResponseEnded(call_id=call - 1, model=MODEL, stop_reason="end_turn", usage=U),
         ModelCallFailed(call_id=call - 1, kind="overloaded"),
@@ -403,7 +403,7 @@ def test_ids_of_earlier_and_never_issued_calls(phase: str) -> None:
     ]
     for e in late:
         assert step(s, e, CFG) == (s, ()), e
-    never = [
+    never: list[Event] = [
         ModelBlockReceived(call_id=call + 1, block=TextBlock(text="?")),
         ModelResponseEnded(call_id=call + 1, model=MODEL, stop_reason="end_turn", usage=U),
         ModelCallFailed(call_id=call + 1, kind="unknown"),

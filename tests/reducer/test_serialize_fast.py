@@ -73,11 +73,12 @@ def _unstructured(paths: list[Path]) -> Iterator[tuple[Any, Any]]:
                     yield unstructure(rec.transition), Transition
                 for e in walk.effects:  # real conversations, messages inline
                     yield unstructure(e), type(e)
-                conv = walk.state.conversation if walk.state is not None else None
-                if conv is not None and conv.last is not None:
-                    yield unstructure(conv.last), Message
-                if isinstance(walk.state.transition, Terminal.__args__):  # type: ignore[union-attr, attr-defined]
-                    yield unstructure(walk.state.transition), Terminal  # type: ignore[union-attr]
+                state = walk.state  # set by every step record the walk has replayed
+                assert state is not None
+                if state.conversation.last is not None:
+                    yield unstructure(state.conversation.last), Message
+                if isinstance(state.transition, Terminal):
+                    yield unstructure(state.transition), Terminal
 
 
 def _mutations(data: Any) -> Iterator[Any]:
