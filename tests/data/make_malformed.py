@@ -23,6 +23,7 @@ if str(ROOT) not in sys.path:
 from effects.trace import record_sequence  # noqa: E402
 from reducer import Request, default  # noqa: E402
 from reducer.events import (  # noqa: E402
+    Event,
     ModelBlockReceived,
     ModelResponseEnded,
     PermissionAnswered,
@@ -34,7 +35,7 @@ from reducer.messages import TextBlock, ToolUseBlock, Usage  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "malformed_traces"
 PROVENANCE = {"created_at": "2026-01-01T00:00:00Z", "client": "hand-written", "steploop": "test"}
-EVENTS = [
+EVENTS: list[Event] = [
     ModelBlockReceived(call_id=1, block=TextBlock(text="Let me read it.")),
     ModelBlockReceived(
         call_id=1,

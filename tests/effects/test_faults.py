@@ -20,7 +20,13 @@ from effects.scripted import ScriptedModel, reply, response, tool_use
 from effects.tools import ToolContext, ToolOutput, ToolRegistry
 from reducer import LoopConfig, default
 from reducer.effects import CallModel, Compact, RunStopHooks, SummarizeToolUse
-from reducer.events import CompactionFailed, CompactionFinished, Event, StopHooksFinished
+from reducer.events import (
+    CompactionFailed,
+    CompactionFinished,
+    Event,
+    InterruptBehavior,
+    StopHooksFinished,
+)
 from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, Usage, UserMessage
 
 FAULTS = ("raises", "hangs", "cancelled", "malformed")
@@ -54,7 +60,7 @@ class EchoTool:
     description = "echoes"
     input_schema: Mapping[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
     max_result_chars = None
-    interrupt = "cancel"
+    interrupt: InterruptBehavior = "cancel"
     cancels_siblings_on_error = False
 
     def __init__(self, fault: Fault | None = None) -> None:

@@ -75,7 +75,7 @@ def _fresh(effect: CallModel, thinking: Thinking) -> str:
 
 
 def _block(kind: int, n: int) -> Block:
-    return [
+    blocks: list[Block] = [
         TextBlock(text=f"text {n}"),
         TextBlock(text=""),  # never sent
         ThinkingBlock(thinking=f"plan {n}", signature=f"sig{n}"),
@@ -84,7 +84,8 @@ def _block(kind: int, n: int) -> Block:
         ToolResultBlock(tool_use_id=f"toolu_{n}", content=f"result {n}", is_error=n % 2 == 0),
         ImageBlock(media_type="image/png", data="iVBORw0KGgo="),
         ImageBlock(media_type="application/pdf", data="JVBERi0x"),
-    ][kind]
+    ]
+    return blocks[kind]
 
 
 def _record(kind: int, n: int, response: int, blocks: list[int]) -> Message:

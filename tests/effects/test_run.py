@@ -16,7 +16,7 @@ from effects.cli import SAMPLE_PROJECT, demo_script
 from effects.scripted import ScriptedModel, failure, reply, tool_call
 from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
 from reducer import LoopConfig, Request
-from reducer.events import Event
+from reducer.events import Event, InterruptBehavior
 from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, Usage, UserMessage
 
 
@@ -32,7 +32,7 @@ class SlowTool:
     description = "sleeps"
     input_schema: Mapping[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
     max_result_chars = None
-    interrupt = "cancel"
+    interrupt: InterruptBehavior = "cancel"
     cancels_siblings_on_error = False
 
     def __init__(self, seconds: float = 30.0) -> None:
@@ -263,7 +263,9 @@ async def test_command_stop_hook_reads_transcript_and_blocks_once(tmp_path: Path
     hooks = StopHooks([CommandStopHook([_sys.executable, str(script)], timeout_s=10)])
     model = ScriptedModel([reply("done"), reply("linted, done")], traits_for=ToolRegistry([]).traits)
     items: list[Any] = []
-    async with run("go", model=model, workspace=tmp_path, stop_hooks=hooks, transcript_path=tmp_path / "t.jsonl") as r:
+    # effects.run.StopHookRunner.run takes event_name: str, effects.hooks.StopHooks.run the
+    # narrower StopEventName Literal: the library's protocol should say StopEventName
+    async with run("go", model=model, workspace=tmp_path, stop_hooks=hooks, transcript_path=tmp_path / "t.jsonl") as r:  # type: ignore[arg-type]
         async for item in r:
             items.append(item)
     assert r.result is not None and r.result.terminal.TAG == "completed"
@@ -309,7 +311,7 @@ class Probe:
     description = "probe"
     input_schema: Mapping[str, Any] = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
     max_result_chars = None
-    interrupt = "cancel"
+    interrupt: InterruptBehavior = "cancel"
     cancels_siblings_on_error = False
 
     def __init__(self, started: dict[str, anyio.Event]) -> None:

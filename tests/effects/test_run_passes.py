@@ -22,6 +22,7 @@ from effects.tools import ToolContext, ToolOutput, ToolRegistry
 from reducer.effects import CallModel
 from reducer.events import (
     Event,
+    InterruptBehavior,
     ModelBlockReceived,
     ModelResponseEnded,
     ToolFinished,
@@ -49,7 +50,7 @@ class Noop:
     description = "does nothing"
     input_schema: Mapping[str, Any] = {"type": "object", "properties": {}}
     max_result_chars = None
-    interrupt = "block"
+    interrupt: InterruptBehavior = "block"
     cancels_siblings_on_error = False
 
     def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:
@@ -66,7 +67,7 @@ class Hang:
     description = "sleeps for ever"
     input_schema: Mapping[str, Any] = {"type": "object", "properties": {}}
     max_result_chars = None
-    interrupt = "cancel"
+    interrupt: InterruptBehavior = "cancel"
     cancels_siblings_on_error = False
 
     def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:

@@ -4,6 +4,7 @@ inputs the built-in tools get, or it saves nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unus
 
 from effects.tools import ToolRegistry, builtin_tools
 from effects.tools.base import _plain, _quick_check
+from reducer.events import InterruptBehavior
 
 BUILTIN = {t.name: _plain(t.input_schema) for t in builtin_tools(Path("."), enable_bash=True)}
-EXTRA = {
+EXTRA: dict[str, dict[str, Any]] = {
     "empty": {"type": "object", "properties": {}},
     "open": {"type": "object", "properties": {"n": {"type": "number"}, "flag": {"type": "boolean"}}},
     "bounded": {
@@ -119,9 +121,9 @@ def test_registry_messages_are_unchanged() -> None:
     class Tool:
         name = "T"
         description = "t"
-        input_schema = EXTRA["bounded"]
+        input_schema: Mapping[str, Any] = EXTRA["bounded"]
         max_result_chars = None
-        interrupt = "block"
+        interrupt: InterruptBehavior = "block"
         cancels_siblings_on_error = False
 
         def is_concurrency_safe(self, input: Any) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from benchmarks.replay_throughput import build_synthetic
@@ -23,6 +23,7 @@ from effects.scripted import ScriptedModel, reply, tool_call
 from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
 from effects.trace import (
     INTERRUPTED_TOOL_RESULT,
+    Answer,
     EndRecord,
     ReplayError,
     ResumeRecord,
@@ -67,6 +68,7 @@ from reducer.effects import (
 from reducer.events import (
     CompactionFinished,
     Event,
+    InterruptBehavior,
     Interrupted,
     ModelBlockReceived,
     ModelCallFailed,
@@ -173,7 +175,7 @@ def summary(c: int, text_: str = "The story so far.") -> tuple[SystemMessage, Us
 def scripted_world(
     replies: list[list[Event]] | None = None,
     usage_in: tuple[int, ...] = (1_000, 8_000, 9_000, 9_500),
-) -> Any:
+) -> Answer:
     """An ``answer`` for record_driver: model call n asks for Read until the last usage value,
     then answers in text; permissions allowed, tools answer, compactions summarise, hooks pass."""
 
@@ -575,7 +577,9 @@ async def _record_blocking_hook_run(path: Path, rounds: int) -> None:
             Request(prompt="Make the tests pass"),
             model=model,
             config=cfg,
-            stop_hooks=hooks,
+            # effects.run.StopHookRunner.run takes event_name: str, effects.hooks.StopHooks.run the
+            # narrower StopEventName Literal: the library's protocol should say StopEventName
+            stop_hooks=hooks,  # type: ignore[arg-type]
             workspace=path.parent,
             observer=rec,
             clock_ms=lambda: 0,
@@ -706,7 +710,7 @@ class EchoTool:
     description = "reads"
     input_schema: ClassVar[Any] = {"type": "object"}
     max_result_chars = None
-    interrupt = "cancel"
+    interrupt: InterruptBehavior = "cancel"
     cancels_siblings_on_error = False
 
     def is_concurrency_safe(self, input: Any) -> bool:

@@ -31,7 +31,7 @@ from effects.trace import (
 )
 from reducer import Request, default, start
 from reducer.canonical import canonical_bytes, state_digest
-from reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
+from reducer.events import Event, ModelBlockReceived, ModelResponseEnded, ToolTraits
 from reducer.messages import ToolUseBlock, Usage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_an_integer_beyond_64_bits_is_read_exactly(tmp_path: Path) -> None:
     """orjson would read it as a float; such a line is parsed with json, so replay is exact."""
     huge = 123456789012345678901234567890
     block = ToolUseBlock(id="t1", name="Read", input={"n": huge, "m": -(2**70), "x": 1.5})
-    events = [
+    events: list[Event] = [
         ModelBlockReceived(call_id=1, block=block, tool=ToolTraits(concurrency_safe=True)),
         ModelResponseEnded(
             call_id=1, model="claude-sonnet-4-5", stop_reason="tool_use", usage=Usage()
