@@ -308,7 +308,7 @@ def test_same_id_with_new_content_is_written_again(tmp_path: Path) -> None:
         if isinstance(effect, Compact):
             text_ = f"summary number {effect.compact_id}"
             return [CompactionFinished(compact_id=effect.compact_id, messages=summary(1, text_))]
-        return scripted_world((1_000, 8_000, 8_500, 9_000, 9_000))(effect, state)
+        return scripted_world(usage_in=(1_000, 8_000, 8_500, 9_000, 9_000))(effect, state)
 
     record_driver(path, default(autocompact_buffer=185_000), Request(prompt="go"), answer)
     bodies = [r["message"] for r in records(path) if r["record"] == "message"]
