@@ -54,6 +54,7 @@ import attrs
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from effects.hooks import StopEventName
 from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from reducer import LoopConfig, LoopState, Request, Session, start, step
 from reducer.effects import (
@@ -128,7 +129,7 @@ class StopHookRunner(Protocol):
         session_id: str,
         transcript_path: str,
         cwd: str,
-        event_name: str = "Stop",
+        event_name: StopEventName = "Stop",
     ) -> StopHooksFinished: ...
 
 

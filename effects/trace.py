@@ -2506,7 +2506,7 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
     state = walk.state
     finished: Terminal | None = None
     if state is not None and isinstance(state.transition, TERMINAL_TYPES):
-        finished = typing.cast(Terminal, state.transition)
+        finished = state.transition
     reissue: tuple[Effect, ...] = ()
     if state is not None:
         reissue = tuple(e for e in pending.values() if _outstanding(state, e))

@@ -105,7 +105,7 @@ def mermaid(edges: set[Edge]) -> str:
             continue  # staying in a phase without a transition: not drawn
         evs, ts = pairs.setdefault((a, b), (set(), set()))
         (ts if t else evs).add(t or ev)
-    order = {t.TAG: i for i, t in enumerate((*CONTINUE_TYPES, *TERMINAL_TYPES))}  # type: ignore[attr-defined]
+    order = {t.TAG: i for i, t in enumerate((*CONTINUE_TYPES, *TERMINAL_TYPES))}
     lines = ["stateDiagram-v2"]
     for (a, b), (evs, ts) in sorted(pairs.items()):
         label = (
@@ -115,8 +115,8 @@ def mermaid(edges: set[Edge]) -> str:
     lines.append("    done --> [*]")
     seen = {t for *_, t in edges if t}
     lines.append("    note right of done")
-    lines.append("        Continue: " + ", ".join(t.TAG for t in CONTINUE_TYPES))  # type: ignore[attr-defined]
-    lines.append("        Terminal: " + ", ".join(t.TAG for t in TERMINAL_TYPES))  # type: ignore[attr-defined]
+    lines.append("        Continue: " + ", ".join(t.TAG for t in CONTINUE_TYPES))
+    lines.append("        Terminal: " + ", ".join(t.TAG for t in TERMINAL_TYPES))
     lines.append(f"        drawn: {len(seen)} of 17 transitions")
     lines.append("    end note")
     return "\n".join(lines) + "\n"

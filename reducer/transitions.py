@@ -157,7 +157,7 @@ Terminal: TypeAlias = (
 
 Transition: TypeAlias = Continue | Terminal
 
-CONTINUE_TYPES: tuple[type, ...] = (
+CONTINUE_TYPES: tuple[type[Continue], ...] = (
     NextTurn,
     ReactiveCompactRetry,
     MaxOutputTokensRecovery,
@@ -166,7 +166,7 @@ CONTINUE_TYPES: tuple[type, ...] = (
     StopHookBlocking,
     TokenBudgetContinuation,
 )
-TERMINAL_TYPES: tuple[type, ...] = (
+TERMINAL_TYPES: tuple[type[Terminal], ...] = (
     Completed,
     BlockingLimit,
     ImageError,

@@ -263,9 +263,7 @@ async def test_command_stop_hook_reads_transcript_and_blocks_once(tmp_path: Path
     hooks = StopHooks([CommandStopHook([_sys.executable, str(script)], timeout_s=10)])
     model = ScriptedModel([reply("done"), reply("linted, done")], traits_for=ToolRegistry([]).traits)
     items: list[Any] = []
-    # effects.run.StopHookRunner.run takes event_name: str, effects.hooks.StopHooks.run the
-    # narrower StopEventName Literal: the library's protocol should say StopEventName
-    async with run("go", model=model, workspace=tmp_path, stop_hooks=hooks, transcript_path=tmp_path / "t.jsonl") as r:  # type: ignore[arg-type]
+    async with run("go", model=model, workspace=tmp_path, stop_hooks=hooks, transcript_path=tmp_path / "t.jsonl") as r:
         async for item in r:
             items.append(item)
     assert r.result is not None and r.result.terminal.TAG == "completed"

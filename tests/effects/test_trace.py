@@ -577,9 +577,7 @@ async def _record_blocking_hook_run(path: Path, rounds: int) -> None:
             Request(prompt="Make the tests pass"),
             model=model,
             config=cfg,
-            # effects.run.StopHookRunner.run takes event_name: str, effects.hooks.StopHooks.run the
-            # narrower StopEventName Literal: the library's protocol should say StopEventName
-            stop_hooks=hooks,  # type: ignore[arg-type]
+            stop_hooks=hooks,
             workspace=path.parent,
             observer=rec,
             clock_ms=lambda: 0,

@@ -30,7 +30,7 @@ def test_graph_draws_every_phase_and_all_17_transitions(diagram: str) -> None:
     arrows = [line for line in diagram.splitlines() if "-->" in line]
     labels = ", ".join(line.split(": ", 1)[1] for line in arrows if ": " in line)
     for t in (*CONTINUE_TYPES, *TERMINAL_TYPES):
-        assert re.search(rf"\b{t.TAG}\b", labels), t.TAG  # type: ignore[attr-defined]
+        assert re.search(rf"\b{t.TAG}\b", labels), t.TAG
     for phase in ("compacting", "streaming", "waiting_retry", "running_tools", "draining", "reactive_compacting", "stop_hooks", "done"):
         assert f"{phase} -->" in diagram or f"--> {phase}" in diagram, phase
 

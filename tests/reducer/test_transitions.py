@@ -1191,8 +1191,7 @@ def test_reset_chain_makes_the_kept_checks_meaningful() -> None:
     """The chain feeds each Continue a state where what it keeps or clears is not a default."""
     pairs = _reset_chain()
     tags = [a.transition.TAG for _, a in pairs if a.transition is not None]
-    # CONTINUE_TYPES is declared tuple[type, ...] in reducer/transitions.py, so TAG is unknown
-    assert set(tags) == {t.TAG for t in CONTINUE_TYPES}  # type: ignore[attr-defined]
+    assert set(tags) == {t.TAG for t in CONTINUE_TYPES}
     by_tag: dict[str, list[LoopState]] = {}
     for before, after in pairs:
         assert after.transition is not None
