@@ -172,10 +172,7 @@ def summary(c: int, text_: str = "The story so far.") -> tuple[SystemMessage, Us
     )
 
 
-def scripted_world(
-    replies: list[list[Event]] | None = None,
-    usage_in: tuple[int, ...] = (1_000, 8_000, 9_000, 9_500),
-) -> Answer:
+def scripted_world(usage_in: tuple[int, ...] = (1_000, 8_000, 9_000, 9_500)) -> Answer:
     """An ``answer`` for record_driver: model call n asks for Read until the last usage value,
     then answers in text; permissions allowed, tools answer, compactions summarise, hooks pass."""
 
