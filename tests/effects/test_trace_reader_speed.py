@@ -218,14 +218,21 @@ def test_mutated_step_and_message_records_read_the_same_on_both_paths(
 def test_a_changed_step_record_reads_the_same_on_both_paths(
     change: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    path = _with_changed_record(tmp_path, '{"record":"step","i":1,', change)
+    fast, general = _both(path, monkeypatch)
+    assert fast == general
+
+
+def _with_changed_record(tmp_path: Path, prefix: str, change: dict[str, Any]) -> Path:
+    """A short synthetic trace whose first record starting with ``prefix`` has ``change``
+    merged into it."""
     path = tmp_path / "t.jsonl"
     build_synthetic(path, 6)
     lines = _lines(path)
-    n = next(n for n, line in enumerate(lines) if line.startswith('{"record":"step","i":1,'))
+    n = next(n for n, line in enumerate(lines) if line.startswith(prefix))
     lines[n] = json.dumps({**json.loads(lines[n]), **change})
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    fast, general = _both(path, monkeypatch)
-    assert fast == general
+    return path
 
 
 @pytest.mark.parametrize(
@@ -242,12 +249,7 @@ def test_a_changed_step_record_reads_the_same_on_both_paths(
 def test_a_changed_message_record_reads_the_same_on_both_paths(
     change: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "t.jsonl"
-    build_synthetic(path, 6)
-    lines = _lines(path)
-    n = next(n for n, line in enumerate(lines) if line.startswith('{"record":"message"'))
-    lines[n] = json.dumps({**json.loads(lines[n]), **change})
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = _with_changed_record(tmp_path, '{"record":"message"', change)
     fast, general = _both(path, monkeypatch)
     assert fast == general
     assert "Error" in str(fast[-2])
