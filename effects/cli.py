@@ -139,7 +139,7 @@ class Display:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
-        self._seen: object = None
+        self._shown = 0  # how many of the run's transitions are printed
         self._round = 1
 
     def item(self, r: Run, text: str) -> None:
@@ -147,16 +147,14 @@ class Display:
         self.transition(r)
 
     def transition(self, r: Run) -> None:
-        state = r.state
-        if state is None or state.transition is None or state.transition is self._seen:
-            return
-        self._seen = state.transition
-        t = state.transition
-        if isinstance(t, CONTINUE_TYPES):
-            self._round += 1
-            print(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", file=self.out, flush=True)
-        else:
-            print(f"══ terminal: {t.TAG}{_payload(t)}", file=self.out, flush=True)
+        passed = r.transitions  # every transition the run passed through, in order
+        for t in passed[self._shown :]:
+            if isinstance(t, CONTINUE_TYPES):
+                self._round += 1
+                print(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", file=self.out, flush=True)
+            else:
+                print(f"══ terminal: {t.TAG}{_payload(t)}", file=self.out, flush=True)
+        self._shown = len(passed)
 
 
 def _payload(t: object) -> str:

@@ -1,5 +1,15 @@
 """Counterfactual replay: re-run a recorded turn under another config, answering each effect
 from the recording when it matches a recorded one, otherwise by policy (stop, scripted, live).
+
+The recording becomes a *recorded world* (:class:`_RecordedWorld`) that the driver loop
+(:func:`reducer.drive.drive_async`) runs like any other world: it matches each request the new
+run opens (:func:`reducer.protocol.opens`) to a recorded one, queues the recorded answers
+re-addressed to the new ids (:func:`reducer.protocol.readdress`) in their recorded order, drops
+what a cancel withdraws, and falls back to the policy for the rest.
+
+Linear in the trace: the fingerprint of a model call's conversation is chained per
+conversation node (:class:`Fingerprints`), so each message is encoded once, never the whole
+history per call.
 """
 
 from __future__ import annotations
@@ -8,135 +18,45 @@ import hashlib
 import heapq
 import json
 import os
-import typing
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
 from effects.trace.read import TraceReader
-from effects.trace.replay import Mismatch, _check_step, _Walk
-from reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError, start, step
+from effects.trace.replay import Mismatch, ReplayProgress, _check_step, _Walk
+from reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError
 from reducer.canonical import canonical_bytes, to_data
+from reducer.conversation import Conversation
+from reducer.drive import drive_async
 from reducer.effects import (
     AskPermission,
     CallModel,
-    CancelCompaction,
-    CancelModelCall,
-    CancelStopHooks,
-    CancelTools,
-    CancelWait,
     Compact,
     Effect,
-    Finish,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
     Wait,
 )
 from reducer.events import (
-    CompactionFailed,
-    CompactionFinished,
     Event,
     ModelBlockReceived,
-    ModelCallFailed,
     ModelResponseEnded,
-    PermissionAnswered,
-    StopHooksFinished,
-    ToolFinished,
     ToolTraits,
     ToolUseSummaryReady,
     WaitElapsed,
 )
 from reducer.messages import Message
-from reducer.transitions import Terminal
+from reducer.protocol import Key, answers, kind_of, opens, readdress, withdraws
+from reducer.transitions import Terminal, Transition
 
-Key: TypeAlias = tuple[Any, ...]
 Policy: TypeAlias = Literal["stop", "scripted", "live"]
 POLICIES: tuple[str, ...] = ("stop", "scripted", "live")
 
-
-def _effect_key(e: Effect) -> Key | None:
-    """The identity of an effect that waits for an answer (None: fire and forget)."""
-    match e:
-        case CallModel(call_id=c):
-            return ("call_model", c)
-        case AskPermission(generation=g, tool_use_id=t):
-            return ("ask_permission", g, t)
-        case StartTool(generation=g, tool_use_id=t):
-            return ("start_tool", g, t)
-        case Wait(wait_id=w):
-            return ("wait", w)
-        case Compact(compact_id=c):
-            return ("compact", c)
-        case RunStopHooks(hooks_id=h):
-            return ("run_stop_hooks", h)
-        case SummarizeToolUse(summary_id=s):
-            return ("summarize_tool_use", s)
-    return None
-
-
-def _event_key(e: Event) -> Key | None:
-    """The effect an event answers (None: the world spoke unasked: interrupts, commands)."""
-    match e:
-        case (
-            ModelBlockReceived(call_id=c)
-            | ModelResponseEnded(call_id=c)
-            | ModelCallFailed(call_id=c)
-        ):
-            return ("call_model", c)
-        case PermissionAnswered(generation=g, tool_use_id=t):
-            return ("ask_permission", g, t)
-        case ToolFinished(generation=g, tool_use_id=t):
-            return ("start_tool", g, t)
-        case WaitElapsed(wait_id=w):
-            return ("wait", w)
-        case CompactionFinished(compact_id=c) | CompactionFailed(compact_id=c):
-            return ("compact", c)
-        case StopHooksFinished(hooks_id=h):
-            return ("run_stop_hooks", h)
-        case ToolUseSummaryReady(summary_id=s):
-            return ("summarize_tool_use", s)
-    return None
-
-
-def _cancelled_keys(e: Effect) -> list[Key]:
-    match e:
-        case CancelModelCall(call_id=c):
-            return [("call_model", c)]
-        case CancelTools(generation=g, tool_use_ids=ids):
-            return [k for t in ids for k in (("ask_permission", g, t), ("start_tool", g, t))]
-        case CancelWait(wait_id=w):
-            return [("wait", w)]
-        case CancelCompaction(compact_id=c):
-            return [("compact", c)]
-        case CancelStopHooks(hooks_id=h):
-            return [("run_stop_hooks", h)]
-    return []
-
-
-def _readdress(event: Event, **ids: Any) -> Event:
-    return typing.cast(Event, attrs.evolve(typing.cast(Any, event), **ids))
-
-
-def _retarget(event: Event, effect: Effect) -> Event:
-    """A recorded answer, re-addressed to the new run's ids (tool_use ids stay)."""
-    match effect:
-        case CallModel(call_id=c):
-            return _readdress(event, call_id=c)
-        case AskPermission(generation=g) | StartTool(generation=g):
-            return _readdress(event, generation=g)
-        case Wait(wait_id=w):
-            return _readdress(event, wait_id=w)
-        case Compact(compact_id=c):
-            return _readdress(event, compact_id=c)
-        case RunStopHooks(hooks_id=h):
-            return _readdress(event, hooks_id=h)
-        case SummarizeToolUse(summary_id=s):
-            return _readdress(event, summary_id=s)
-    raise AssertionError(f"no answer can be re-addressed to {type(effect).__name__}")
+_EMPTY_FP = b"\x00" * 16
 
 
 def _content(m: Message) -> Any:
@@ -146,27 +66,74 @@ def _content(m: Message) -> Any:
     return data
 
 
+class Fingerprints:
+    """:func:`fingerprint` at the cost of what is new.
+
+    A model call's fingerprint covers its conversation's messages without their ids. The
+    fingerprint of a conversation is chained: that of its previous node and the content digest
+    of its last message, remembered per node (nodes are shared between the conversations of a
+    run, each extending the last), so a call costs the messages added since the previous one.
+    A reference to each remembered node and message is kept, so no identity is recycled.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, tuple[Conversation, bytes]] = {}
+        self._messages: dict[int, tuple[Message, bytes]] = {}
+
+    def message(self, m: Message) -> bytes:
+        got = self._messages.get(id(m))
+        if got is not None and got[0] is m:
+            return got[1]
+        d = hashlib.blake2b(canonical_bytes(_content(m)), digest_size=16).digest()
+        self._messages[id(m)] = (m, d)
+        return d
+
+    def conversation(self, conv: Conversation) -> bytes:
+        nodes = self._nodes
+        todo: list[Conversation] = []
+        node: Conversation | None = conv
+        fp = _EMPTY_FP
+        while node is not None and node.last is not None:
+            got = nodes.get(id(node))
+            if got is not None and got[0] is node:
+                fp = got[1]
+                break
+            todo.append(node)
+            node = node.prev
+        else:
+            if node is not None and node.length:
+                raise ValueError("a hollow conversation (read from a trace) has no messages")
+        for n in reversed(todo):
+            assert n.last is not None
+            fp = hashlib.blake2b(fp + self.message(n.last), digest_size=16).digest()
+            nodes[id(n)] = (n, fp)
+        return fp
+
+    def __call__(self, effect: Effect) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        match effect:
+            case CallModel():
+                h.update(canonical_bytes(["call_model", effect.model, effect.streaming]))
+                h.update(self.conversation(effect.conversation))
+            case StartTool() | AskPermission():
+                h.update(canonical_bytes([effect.TAG, effect.name, effect.input]))
+            case Compact():
+                h.update(canonical_bytes(["compact", effect.trigger]))
+            case RunStopHooks():
+                h.update(canonical_bytes(["run_stop_hooks", effect.stop_hook_active]))
+            case Wait():
+                h.update(canonical_bytes(["wait", effect.ms]))
+            case SummarizeToolUse():
+                h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
+            case _:
+                raise ValueError(f"{type(effect).__name__} makes no request")
+        return h.digest()
+
+
 def fingerprint(effect: Effect) -> bytes:
-    """The request an effect makes, without ids (specs/trace-format.md, "Counterfactual")."""
-    h = hashlib.blake2b(digest_size=16)
-    match effect:
-        case CallModel():
-            h.update(canonical_bytes(["call_model", effect.model, effect.streaming]))
-            for m in effect.conversation.messages():
-                h.update(canonical_bytes(_content(m)))
-        case StartTool() | AskPermission():
-            h.update(canonical_bytes([effect.TAG, effect.name, effect.input]))
-        case Compact():
-            h.update(canonical_bytes(["compact", effect.trigger]))
-        case RunStopHooks():
-            h.update(canonical_bytes(["run_stop_hooks", effect.stop_hook_active]))
-        case Wait():
-            h.update(canonical_bytes(["wait", effect.ms]))
-        case SummarizeToolUse():
-            h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
-        case _:
-            raise ValueError(f"{type(effect).__name__} makes no request")
-    return h.digest()
+    """The request an effect makes, without ids (specs/trace-format.md, "Counterfactual").
+    For many effects of one run, call one :class:`Fingerprints` (it remembers)."""
+    return Fingerprints()(effect)
 
 
 def describe_request(effect: Effect) -> str:
@@ -199,7 +166,7 @@ class _Recorded:
     ordinal: int
     key: Key
     fingerprint: bytes
-    brief: str
+    effect: Effect = attrs.field(repr=False, eq=False)  # described only for a divergence
     step: int
     max_tokens: int | None
 
@@ -207,7 +174,13 @@ class _Recorded:
 class _Index:
     """What a recording asked for and how the world answered, built by replaying it."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fingerprints: Fingerprints,
+        progress: Callable[[ReplayProgress], None] | None = None,
+        every: int = 256,
+    ) -> None:
         reader = TraceReader(path)
         walk = _Walk(reader)
         self.by_kind: dict[str, list[_Recorded]] = {}
@@ -219,19 +192,21 @@ class _Index:
         self.terminal: Terminal | None = None
         self.first_mismatch: Mismatch | None = None
         self.steps = 0
+        total = _size(path) if progress is not None else 0
         for rec in walk:
             if not isinstance(rec, StepRecord):
                 if isinstance(rec, EndRecord):
                     self.terminal = rec.terminal
                 continue
             self.steps += 1
+            if progress is not None and self.steps % every == 0:
+                progress(ReplayProgress("reading", reader.valid_bytes, total, self.steps))
             if self.first_mismatch is None:
                 self.first_mismatch = _check_step(walk, rec)
-            if rec.transition is not None:
-                self.transitions.append(rec.transition.TAG)
+            self.transitions.extend(t.TAG for t in walk.transitions)
             event = rec.event
             if event is not None:
-                key = _event_key(event)
+                key = answers(event)
                 if key is None:
                     self.world.setdefault(rec.i - 1, []).append((rec.i, event))
                 else:
@@ -241,22 +216,24 @@ class _Index:
                     if isinstance(name, str):
                         self.traits.setdefault(name, event.tool)
             for e in walk.effects:  # the effects step() computes, with real conversations
-                key = _effect_key(e)
+                key = opens(e)
                 if key is None:
                     continue
-                kind = e.TAG
+                kind = key[0]
                 lst = self.by_kind.setdefault(kind, [])
                 r = _Recorded(
                     kind=kind,
                     ordinal=len(lst) + 1,
                     key=key,
-                    fingerprint=fingerprint(e),
-                    brief=describe_request(e),
+                    fingerprint=fingerprints(e),
+                    effect=e,
                     step=rec.i,
                     max_tokens=e.max_tokens if isinstance(e, CallModel) else None,
                 )
                 lst.append(r)
                 self.by_fp.setdefault((kind, r.fingerprint), deque()).append(r)
+        if progress is not None:
+            progress(ReplayProgress("reading", reader.valid_bytes, total, self.steps))
         assert walk.header is not None
         self.header = walk.header
         self.reader = reader
@@ -272,6 +249,13 @@ class _Index:
             if isinstance(ev, ModelResponseEnded):
                 return ev.stop_reason != "max_tokens" and ev.usage.output_tokens <= new.max_tokens
         return True  # a failed or unanswered call does not depend on max_tokens
+
+
+def _size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 @attrs.frozen(kw_only=True)
@@ -386,61 +370,225 @@ def _policy_model(policy: str, script: Any, model: Any, index: _Index) -> Any:
     raise ReplayError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
 
 
-async def replay_counterfactual_async(
-    path: str | os.PathLike[str],
-    overrides: Mapping[str, Any] | None = None,
-    policy: Policy = "stop",
-    script: Any = None,
-    *,
-    base: LoopConfig | None = None,
-    model: Any = None,
-    max_steps: int = 1_000_000,
-) -> CounterfactualReport:
-    """The async form of :func:`replay_counterfactual` (a live or scripted model is awaited)."""
-    index = _Index(path)
-    header = index.header
-    try:
-        cfg = (base or header.config).with_overrides(dict(overrides or {}))
-    except ConfigError:
-        raise
-    policy_model = _policy_model(policy, script, model, index)
+class _Diverged(Exception):
+    """The new run asked for what neither the recording nor the policy answers."""
 
-    state, fx = start(header.request, cfg, header.session)
-    steps = 1
-    transitions: list[str] = []
-    last_transition = state.transition
-    matched: Counter[str] = Counter()
-    by_policy: Counter[str] = Counter()
-    ordinals: Counter[str] = Counter()
-    used: set[Key] = set()
-    out_of_order = 0
-    heap: list[tuple[float, int, Event, Key | None, int | None]] = []
-    cancelled: set[Key] = set()
-    seq = 0
-    clock = 0.0  # the recorded index of the last delivered event
+    def __init__(self, divergence: Divergence) -> None:
+        self.divergence = divergence
 
-    def push(order: float, event: Event, key: Key | None, rec_idx: int | None) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (order, seq, event, key, rec_idx))
 
-    for idx, ev in index.world.get(0, ()):
-        push(idx, ev, None, idx)
+class _RecordedWorld:
+    """The recording as a world for the new run (an :class:`reducer.drive.AsyncWorld`).
+
+    ``perform`` matches each request the new run opens to a recorded one (same kind, same
+    per-kind ordinal and fingerprint; else the earliest unused one with the fingerprint) and
+    queues its recorded answers, re-addressed, at their recorded places; events the world sent
+    unasked follow the event they followed. A cancel drops the undelivered answers of what it
+    withdraws. What nothing recorded answers goes to the policy: a wait elapses and a summary is
+    none at once, a model call or a compaction is owed to the policy's model (awaited in
+    ``next_event``), anything else diverges.
+    """
+
+    def __init__(
+        self,
+        index: _Index,
+        fingerprints: Fingerprints,
+        policy: str,
+        policy_model: Any,
+        max_steps: int,
+        progress: Callable[[ReplayProgress], None] | None,
+        every: int,
+    ) -> None:
+        self.index = index
+        self.fingerprints = fingerprints
+        self.policy = policy
+        self.policy_model = policy_model
+        self.max_steps = max_steps
+        self.progress = progress
+        self.every = every
+        self.state: LoopState | None = None
+        self.steps = 0
+        self.transitions: list[str] = []
+        self.matched: Counter[str] = Counter()
+        self.by_policy: Counter[str] = Counter()
+        self.ordinals: Counter[str] = Counter()
+        self.used: set[Key] = set()
+        self.out_of_order = 0
+        self.heap: list[tuple[float, int, Event, Key | None, int | None]] = []
+        self.cancelled: set[Key] = set()
+        self.owed: list[tuple[Effect, Key]] = []
+        self.exclusive: dict[str, Key] = {}
+        self.seq = 0
+        self.clock = 0.0  # the recorded index of the last delivered event
+        self.last: tuple[Event, int | None] | None = None
+        for idx, ev in index.world.get(0, ()):
+            self.push(idx, ev, None, idx)
+
+    def push(self, order: float, event: Event, key: Key | None, rec_idx: int | None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (order, self.seq, event, key, rec_idx))
+
+    # -- the loop's observer ----------------------------------------------------------------
+
+    def observe(
+        self,
+        event: Event | None,
+        state: LoopState,
+        effects: tuple[Effect, ...],
+        transitions: tuple[Transition, ...],
+    ) -> None:
+        self.state = state
+        self.steps += 1
+        if transitions:
+            self.transitions.extend(t.TAG for t in transitions)
+        if self.progress is not None and self.steps % self.every == 0:
+            self.progress(ReplayProgress("running", self.steps, self.index.steps, self.steps))
+
+    # -- the world --------------------------------------------------------------------------
+
+    def diverge(self, e: Effect, kind: str, ordinal: int, reason: str) -> _Diverged:
+        recs = self.index.by_kind.get(kind, [])
+        had = describe_request(recs[ordinal - 1].effect) if ordinal <= len(recs) else None
+        return _Diverged(
+            Divergence(
+                step=self.steps - 1,
+                kind=kind,
+                ordinal=ordinal,
+                effect=describe_request(e),
+                recorded=had,
+                reason=reason,
+            )
+        )
+
+    def match(self, e: Effect, kind: str, ordinal: int) -> _Recorded | None:
+        fp = self.fingerprints(e)
+        index = self.index
+        recs = index.by_kind.get(kind, [])
+        if ordinal <= len(recs):
+            r = recs[ordinal - 1]
+            if r.key not in self.used and r.fingerprint == fp and index.compatible(e, r):
+                return r
+        for r in index.by_fp.get((kind, fp), ()):
+            if r.key not in self.used and index.compatible(e, r):
+                self.out_of_order += 1
+                return r
+        return None
+
+    def perform(self, effect: Effect, state: LoopState) -> None:
+        gone = withdraws(effect)
+        if gone:
+            self.cancelled.update(gone)
+        key = opens(effect)
+        if key is None:
+            return
+        kind = key[0]
+        if kind_of(key).exclusive:  # the new one supersedes the outstanding one
+            before = self.exclusive.get(kind)
+            if before is not None:
+                self.cancelled.add(before)
+            self.exclusive[kind] = key
+        self.ordinals[kind] += 1
+        ordinal = self.ordinals[kind]
+        r = self.match(effect, kind, ordinal)
+        if r is not None:
+            self.used.add(r.key)
+            self.matched[kind] += 1
+            for idx, ev in self.index.answers.get(r.key, ()):
+                self.push(idx, readdress(ev, effect), key, idx)
+            return
+        if self.policy_model is None:
+            raise self.diverge(effect, kind, ordinal, "no recorded effect matches it")
+        if isinstance(effect, Wait):
+            self.answered(kind, key, [WaitElapsed(wait_id=effect.wait_id)])
+        elif isinstance(effect, SummarizeToolUse):
+            self.answered(
+                kind, key, [ToolUseSummaryReady(summary_id=effect.summary_id, summary=None)]
+            )
+        elif isinstance(effect, (CallModel, Compact)):
+            self.owed.append((effect, key))
+        else:
+            raise self.diverge(
+                effect,
+                kind,
+                ordinal,
+                f"no recorded effect matches it, and policy {self.policy!r} answers model calls, "
+                "compactions, waits and summaries only",
+            )
+
+    def answered(self, kind: str, key: Key, events: Sequence[Event]) -> None:
+        self.by_policy[kind] += 1
+        for ev in events:
+            self.push(self.clock + 0.5, ev, key, None)
+
+    async def settle(self) -> None:
+        """Ask the policy's model for what is owed, in order."""
+        owed, self.owed = self.owed, []
+        for effect, key in owed:
+            if key in self.cancelled:
+                continue
+            try:
+                events = await self.ask(effect)
+            except SteploopError as err:
+                ordinal = self.ordinals[key[0]]
+                raise self.diverge(
+                    effect, key[0], ordinal, f"the {self.policy} model failed: {err}"
+                ) from None
+            self.answered(key[0], key, events)
+
+    async def ask(self, e: Effect) -> list[Event]:
+        if isinstance(e, CallModel):
+            events: list[Event] = []
+            stream = self.policy_model.stream(e)
+            try:
+                async for ev in stream:
+                    events.append(ev)
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            return events
+        assert isinstance(e, Compact)
+        from effects.compaction import ModelCompactor
+
+        return [await ModelCompactor(self.policy_model).compact(e)]
+
+    async def next_event(self, state: LoopState) -> Event | None:
+        if self.owed:
+            await self.settle()
+        heap, cancelled = self.heap, self.cancelled
+        while heap and heap[0][3] is not None and heap[0][3] in cancelled:
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        if self.steps >= self.max_steps:
+            raise ReplayError(f"the counterfactual run passed {self.max_steps} steps; stopped")
+        order, _, event, _, rec_idx = heapq.heappop(heap)
+        self.clock = max(self.clock, order)
+        self.last = (event, rec_idx)
+        if rec_idx is not None:
+            for idx, ev in self.index.world.get(rec_idx, ()):
+                self.push(idx, ev, None, idx)
+        return event
+
+    # -- the report -------------------------------------------------------------------------
 
     def report(
+        self,
         status: Literal["finished", "diverged", "stalled"],
         divergence: Divergence | None = None,
         terminal: Terminal | None = None,
     ) -> CounterfactualReport:
+        index, state = self.index, self.state
+        assert state is not None
         return CounterfactualReport(
             path=index.reader.name,
             status=status,
             terminal=terminal,
-            steps=steps,
-            transitions=tuple(transitions),
-            matched=dict(matched),
-            out_of_order=out_of_order,
-            by_policy=dict(by_policy),
+            steps=self.steps,
+            transitions=tuple(self.transitions),
+            matched=dict(self.matched),
+            out_of_order=self.out_of_order,
+            by_policy=dict(self.by_policy),
             divergence=divergence,
             stalled_phase=state.phase if status == "stalled" else None,
             recorded_terminal=index.terminal,
@@ -450,126 +598,57 @@ async def replay_counterfactual_async(
             state=state,
         )
 
-    def diverge(e: Effect, kind: str, ordinal: int, reason: str) -> CounterfactualReport:
-        recs = index.by_kind.get(kind, [])
-        had = recs[ordinal - 1].brief if ordinal <= len(recs) else None
-        return report(
+    def rejected(self, err: IllegalEvent) -> CounterfactualReport:
+        assert self.last is not None
+        event, rec_idx = self.last
+        return self.report(
             "diverged",
             Divergence(
-                step=steps - 1,
-                kind=kind,
-                ordinal=ordinal,
-                effect=describe_request(e),
-                recorded=had,
-                reason=reason,
+                step=self.steps,
+                kind=type(event).__name__,
+                ordinal=0,
+                effect=describe_effect(event, 160),
+                recorded=f"step {rec_idx}" if rec_idx is not None else None,
+                reason=f"the new run rejects this answer: {err}",
             ),
         )
 
-    def match(e: Effect, kind: str, ordinal: int) -> _Recorded | None:
-        nonlocal out_of_order
-        fp = fingerprint(e)
-        recs = index.by_kind.get(kind, [])
-        if ordinal <= len(recs):
-            r = recs[ordinal - 1]
-            if r.key not in used and r.fingerprint == fp and index.compatible(e, r):
-                return r
-        for r in index.by_fp.get((kind, fp), ()):
-            if r.key not in used and index.compatible(e, r):
-                out_of_order += 1
-                return r
-        return None
 
-    async def answer_by_policy(e: Effect) -> list[Event] | None:
-        if isinstance(e, Wait):
-            return [WaitElapsed(wait_id=e.wait_id)]
-        if isinstance(e, SummarizeToolUse):
-            return [ToolUseSummaryReady(summary_id=e.summary_id, summary=None)]
-        if isinstance(e, CallModel):
-            events: list[Event] = []
-            stream = policy_model.stream(e)
-            try:
-                async for ev in stream:
-                    events.append(ev)
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            return events
-        if isinstance(e, Compact):
-            from effects.compaction import ModelCompactor
-
-            return [await ModelCompactor(policy_model).compact(e)]
-        return None
-
-    while True:
-        finished: Terminal | None = None
-        for e in fx:
-            if isinstance(e, Finish):
-                finished = e.terminal
-                break
-            for k in _cancelled_keys(e):
-                cancelled.add(k)
-            new_key = _effect_key(e)
-            if new_key is None:
-                continue
-            kind = e.TAG
-            ordinals[kind] += 1
-            r = match(e, kind, ordinals[kind])
-            if r is not None:
-                used.add(r.key)
-                matched[kind] += 1
-                for idx, ev in index.answers.get(r.key, ()):
-                    push(idx, _retarget(ev, e), new_key, idx)
-                continue
-            if policy_model is None:
-                return diverge(e, kind, ordinals[kind], "no recorded effect matches it")
-            try:
-                answers = await answer_by_policy(e)
-            except SteploopError as err:
-                return diverge(e, kind, ordinals[kind], f"the {policy} model failed: {err}")
-            if answers is None:
-                return diverge(
-                    e,
-                    kind,
-                    ordinals[kind],
-                    f"no recorded effect matches it, and policy {policy!r} answers model calls, "
-                    "compactions, waits and summaries only",
-                )
-            by_policy[kind] += 1
-            for ev in answers:
-                push(clock + 0.5, ev, new_key, None)
-        if finished is not None:
-            return report("finished", terminal=finished)
-        while heap and heap[0][3] is not None and heap[0][3] in cancelled:
-            heapq.heappop(heap)
-        if not heap:
-            return report("stalled")
-        if steps >= max_steps:
-            raise ReplayError(f"the counterfactual run passed {max_steps} steps; stopped")
-        order, _, event, _, rec_idx = heapq.heappop(heap)
-        clock = max(clock, order)
-        try:
-            state, fx = step(state, event, cfg)
-        except IllegalEvent as err:
-            kind = type(event).__name__
-            return report(
-                "diverged",
-                Divergence(
-                    step=steps,
-                    kind=kind,
-                    ordinal=0,
-                    effect=describe_effect(event, 160),
-                    recorded=f"step {rec_idx}" if rec_idx is not None else None,
-                    reason=f"the new run rejects this answer: {err}",
-                ),
-            )
-        steps += 1
-        if state.transition is not None and state.transition is not last_transition:
-            transitions.append(state.transition.TAG)
-        last_transition = state.transition
-        if rec_idx is not None:
-            for idx, ev in index.world.get(rec_idx, ()):
-                push(idx, ev, None, idx)
+async def replay_counterfactual_async(
+    path: str | os.PathLike[str],
+    overrides: Mapping[str, Any] | None = None,
+    policy: Policy = "stop",
+    script: Any = None,
+    *,
+    base: LoopConfig | None = None,
+    model: Any = None,
+    max_steps: int = 1_000_000,
+    progress: Callable[[ReplayProgress], None] | None = None,
+    progress_every: int = 256,
+) -> CounterfactualReport:
+    """The async form of :func:`replay_counterfactual` (a live or scripted model is awaited)."""
+    fingerprints = Fingerprints()
+    index = _Index(path, fingerprints, progress, progress_every)
+    header = index.header
+    try:
+        cfg = (base or header.config).with_overrides(dict(overrides or {}))
+    except ConfigError:
+        raise
+    policy_model = _policy_model(policy, script, model, index)
+    world = _RecordedWorld(
+        index, fingerprints, policy, policy_model, max_steps, progress, progress_every
+    )
+    try:
+        out = await drive_async(world, header.request, cfg, header.session, observer=world.observe)
+    except _Diverged as d:
+        return world.report("diverged", d.divergence)
+    except IllegalEvent as err:
+        return world.rejected(err)
+    if progress is not None:
+        progress(ReplayProgress("running", world.steps, index.steps, world.steps))
+    if out.status == "finished":
+        return world.report("finished", terminal=out.terminal)
+    return world.report("stalled")
 
 
 def replay_counterfactual(
@@ -581,6 +660,8 @@ def replay_counterfactual(
     base: LoopConfig | None = None,
     model: Any = None,
     max_steps: int = 1_000_000,
+    progress: Callable[[ReplayProgress], None] | None = None,
+    progress_every: int = 256,
 ) -> CounterfactualReport:
     """Re-run the recorded turn under another config, answering from the recording.
 
@@ -599,6 +680,10 @@ def replay_counterfactual(
         script: for "scripted": a ScriptedModel, a list of entries or their JSON form.
         base: the config to override instead of the recorded one (another profile).
         model: for "live": a model client.
+        max_steps: stop (``ReplayError``) past this many steps of the new run.
+        progress: called every ``progress_every`` steps with a :class:`ReplayProgress`: while
+            the recording is read (bytes of the file) and while the new run runs (its steps
+            against the recording's).
 
     Returns:
         A :class:`CounterfactualReport` (finished, diverged or stalled).
@@ -611,7 +696,15 @@ def replay_counterfactual(
 
     async def main() -> CounterfactualReport:
         return await replay_counterfactual_async(
-            path, overrides, policy, script, base=base, model=model, max_steps=max_steps
+            path,
+            overrides,
+            policy,
+            script,
+            base=base,
+            model=model,
+            max_steps=max_steps,
+            progress=progress,
+            progress_every=progress_every,
         )
 
     return anyio.run(main)
