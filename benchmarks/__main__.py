@@ -18,7 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import external, loop_overhead, round_cost, sdk_overhead, streaming_tools
+from benchmarks import (
+    counterfactual,
+    external,
+    loop_overhead,
+    round_cost,
+    sdk_overhead,
+    streaming_tools,
+)
 from benchmarks.common import machine, progress
 from benchmarks.report import markdown
 
@@ -29,6 +36,7 @@ ITEMS = {
     "4": "streaming_tools",
     "5": "sdk_overhead",
     "6": "explorer",
+    "7": "counterfactual",
 }
 
 
@@ -72,6 +80,11 @@ def item_explorer(quick: bool) -> dict[str, Any]:
     return external.explorer(quick)
 
 
+def item_counterfactual(quick: bool) -> dict[str, Any]:
+    rounds, reps = ((300, 1_000), 2) if quick else ((1_000, 10_000), 3)
+    return counterfactual.measure(rounds, reps)
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -79,6 +92,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "streaming_tools": item_streaming_tools,
     "sdk_overhead": item_sdk_overhead,
     "explorer": item_explorer,
+    "counterfactual": item_counterfactual,
 }
 
 

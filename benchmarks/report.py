@@ -244,6 +244,25 @@ def _profile(title: str, prof: dict[str, Any], limit: int = 12) -> list[str]:
     return out
 
 
+def _counterfactual(item: dict[str, Any]) -> list[str]:
+    out = [
+        "## 7. Counterfactual replay against exact replay, per event",
+        "",
+        f"Change: `{item['change']}`; {item['reps']} interleaved repetitions; µs per event,"
+        " median (q1–q3); the ratio is taken per repetition.",
+        "",
+        "| rounds | events | trace MB | exact | counterfactual | counterfactual / exact |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in item["sizes"]:
+        out.append(
+            f"| {s['rounds']:,} | {s['events']:,} | {s['bytes'] / 1e6:.1f}"
+            f" | {_s(s['exact_us_per_event'])} | {_s(s['counterfactual_us_per_event'])}"
+            f" | {_s(s['ratio'])} |"
+        )
+    return [*out, ""]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The summary: machine, the goal table, each item's figures, profiles of missed goals."""
     m = report["machine"]
@@ -296,6 +315,8 @@ def markdown(report: dict[str, Any]) -> str:
                 profiles += _profile("item 5, one steploop run against the server", item["profile"])
         elif key.startswith("6"):
             lines += _explorer(item)
+        elif key.startswith("7"):
+            lines += _counterfactual(item)
     if profiles:
         lines += ["## Where the time goes (missed goals)", "", *profiles]
     return "\n".join(lines).rstrip() + "\n"

@@ -18,7 +18,8 @@ import hashlib
 import heapq
 import json
 import os
-from collections import Counter, deque
+import typing
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -26,9 +27,15 @@ import attrs
 
 from effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
 from effects.trace.read import TraceReader
-from effects.trace.replay import Mismatch, ReplayProgress, _check_step, _Walk
+from effects.trace.replay import (
+    Mismatch,
+    ReplayProgress,
+    _digest_mismatch,
+    _effects_mismatch,
+    _Walk,
+)
 from reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError
-from reducer.canonical import canonical_bytes, to_data
+from reducer.canonical import canonical_bytes
 from reducer.conversation import Conversation
 from reducer.drive import drive_async
 from reducer.effects import (
@@ -50,7 +57,7 @@ from reducer.events import (
     WaitElapsed,
 )
 from reducer.messages import Message
-from reducer.protocol import Key, answers, kind_of, opens, readdress, withdraws
+from reducer.protocol import Key, answers, closes, kind_of, opens, readdress, withdraws
 from reducer.transitions import Terminal, Transition
 
 Policy: TypeAlias = Literal["stop", "scripted", "live"]
@@ -59,11 +66,23 @@ POLICIES: tuple[str, ...] = ("stop", "scripted", "live")
 _EMPTY_FP = b"\x00" * 16
 
 
-def _content(m: Message) -> Any:
-    data = to_data(m)
-    data.pop("id", None)
-    data.pop("response_id", None)
-    return data
+_CONTENT: dict[type, tuple[bytes, tuple[str, ...]]] = {}
+
+
+def _content(m: Message) -> bytes:
+    """A message's content: its kind and every field but ``id`` and ``response_id``, each as
+    its canonical text (NUL-separated; a canonical text holds no NUL). Blocks are shared
+    between the answers the recording holds and the messages the new run builds from them, and
+    their canonical texts are memoised (reducer/canonical.py), so this costs little."""
+    cls = m.__class__
+    layout = _CONTENT.get(cls)
+    if layout is None:
+        names = tuple(
+            sorted(f.name for f in attrs.fields(cls) if f.name not in ("id", "response_id"))
+        )
+        layout = _CONTENT[cls] = (str(getattr(cls, "TAG", cls.__name__)).encode(), names)
+    tag, names = layout
+    return b"\x00".join([tag, *[canonical_bytes(getattr(m, n)) for n in names]])
 
 
 class Fingerprints:
@@ -71,21 +90,40 @@ class Fingerprints:
 
     A model call's fingerprint covers its conversation's messages without their ids. The
     fingerprint of a conversation is chained: that of its previous node and the content digest
-    of its last message, remembered per node (nodes are shared between the conversations of a
-    run, each extending the last), so a call costs the messages added since the previous one.
-    A reference to each remembered node and message is kept, so no identity is recycled.
+    of its last message. The fingerprints of the most recent nodes are remembered (each call's
+    conversation extends an earlier call's, so the walk back stops at a remembered node after
+    the messages added since), and so are the content digests of recent messages (a rebuilt
+    conversation shares them). Both memos are bounded, and hold a reference to what they
+    remember, so no identity is recycled while remembered.
     """
 
+    NODES = 512
+    MESSAGES = 4096
+
     def __init__(self) -> None:
-        self._nodes: dict[int, tuple[Conversation, bytes]] = {}
-        self._messages: dict[int, tuple[Message, bytes]] = {}
+        # oldest first; OrderedDict evicts in O(1) (a dict's first key is found by a scan
+        # over the slots its deletions left at the front)
+        self._nodes: OrderedDict[int, tuple[Conversation, bytes]] = OrderedDict()
+        self._messages: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
+        self._calls: dict[tuple[str, bool], bytes] = {}
+
+    def _call_text(self, model: str, streaming: bool) -> bytes:
+        got = self._calls.get((model, streaming))
+        if got is None:
+            got = self._calls[(model, streaming)] = canonical_bytes(
+                ["call_model", model, streaming]
+            )
+        return got
 
     def message(self, m: Message) -> bytes:
-        got = self._messages.get(id(m))
+        memo = self._messages
+        got = memo.get(id(m))
         if got is not None and got[0] is m:
             return got[1]
-        d = hashlib.blake2b(canonical_bytes(_content(m)), digest_size=16).digest()
-        self._messages[id(m)] = (m, d)
+        d = hashlib.blake2b(_content(m), digest_size=16).digest()
+        if len(memo) >= self.MESSAGES:
+            memo.popitem(last=False)
+        memo[id(m)] = (m, d)
         return d
 
     def conversation(self, conv: Conversation) -> bytes:
@@ -106,14 +144,17 @@ class Fingerprints:
         for n in reversed(todo):
             assert n.last is not None
             fp = hashlib.blake2b(fp + self.message(n.last), digest_size=16).digest()
-            nodes[id(n)] = (n, fp)
+        if todo:
+            if len(nodes) >= self.NODES:
+                nodes.popitem(last=False)
+            nodes[id(conv)] = (conv, fp)
         return fp
 
     def __call__(self, effect: Effect) -> bytes:
         h = hashlib.blake2b(digest_size=16)
         match effect:
             case CallModel():
-                h.update(canonical_bytes(["call_model", effect.model, effect.streaming]))
+                h.update(self._call_text(effect.model, effect.streaming))
                 h.update(self.conversation(effect.conversation))
             case StartTool() | AskPermission():
                 h.update(canonical_bytes([effect.TAG, effect.name, effect.input]))
@@ -160,19 +201,34 @@ def describe_request(effect: Effect) -> str:
     return type(effect).__name__
 
 
-@attrs.frozen(kw_only=True)
-class _Recorded:
+class _Recorded(typing.NamedTuple):
+    """A request of the recording (all atomic values: the collector never walks it)."""
+
     kind: str
     ordinal: int
     key: Key
     fingerprint: bytes
-    effect: Effect = attrs.field(repr=False, eq=False)  # described only for a divergence
     step: int
     max_tokens: int | None
 
 
+_CHECK_EVERY = 64  # the index checks state digests at checkpoints (trace-format.md section 7)
+_RECENT = 1024  # used recorded effects kept for a divergence report
+
+
 class _Index:
-    """What a recording asked for and how the world answered, built by replaying it."""
+    """What a recording asked for and how the world answered, read as far as the new run
+    needs it.
+
+    The recording is replayed (:class:`_Walk`) step by step on demand: a request of the new
+    run reads the recording until it holds the recorded request of the same kind and ordinal
+    (or the file ends), and a matched request until its answers are complete. What was read and
+    used is let go, so a new run that follows the recording keeps only a few steps of it in
+    memory, and the work stays linear in the trace (the garbage collector never walks a whole
+    recording). A request matched out of order, a request nothing matches, or the report's
+    totals read on to the end; the matching is the one a complete index gives (trace-format.md
+    section 7).
+    """
 
     def __init__(
         self,
@@ -181,74 +237,186 @@ class _Index:
         progress: Callable[[ReplayProgress], None] | None = None,
         every: int = 256,
     ) -> None:
-        reader = TraceReader(path)
-        walk = _Walk(reader)
+        self.reader = reader = TraceReader(path)
+        self._walk = _Walk(reader)
+        self._records = iter(self._walk)
+        self._fingerprints = fingerprints
+        self._progress = progress
+        self._every = every
+        self._total = _size(path) if progress is not None else 0
+        self._pending: list[tuple[StepRecord, LoopState]] = []  # digests not checked yet
         self.by_kind: dict[str, list[_Recorded]] = {}
         self.by_fp: dict[tuple[str, bytes], deque[_Recorded]] = {}
         self.answers: dict[Key, list[tuple[int, Event]]] = {}
+        self.closed: set[Key] = set()  # recorded requests whose last answer was read
+        self.effects: dict[Key, Effect] = {}  # recorded requests not used yet
+        self.used_effects: OrderedDict[Key, Effect] = OrderedDict()  # the recent used ones
         self.world: dict[int, list[tuple[int, Event]]] = {}
         self.traits: dict[str, ToolTraits] = {}
         self.transitions: list[str] = []
         self.terminal: Terminal | None = None
         self.first_mismatch: Mismatch | None = None
-        self.steps = 0
-        total = _size(path) if progress is not None else 0
-        for rec in walk:
+        self.steps = 0  # step records read
+        self.eof = False
+        while self._walk.header is None and self.advance():
+            pass
+        header = self._walk.header
+        if header is None:  # pragma: no cover - the reader raises first
+            raise reader.error(1, "no header record")
+        self.header = header
+
+    # -- reading on demand ------------------------------------------------------------------
+
+    def advance(self) -> bool:
+        """Read and replay the next record; False at the end of the recording."""
+        if self.eof:
+            return False
+        walk = self._walk
+        for rec in self._records:
+            if isinstance(rec, EndRecord):
+                self.terminal = rec.terminal
             if not isinstance(rec, StepRecord):
-                if isinstance(rec, EndRecord):
-                    self.terminal = rec.terminal
+                if walk.header is not None and rec is walk.header:
+                    return True
                 continue
-            self.steps += 1
-            if progress is not None and self.steps % every == 0:
-                progress(ReplayProgress("reading", reader.valid_bytes, total, self.steps))
-            if self.first_mismatch is None:
-                self.first_mismatch = _check_step(walk, rec)
-            self.transitions.extend(t.TAG for t in walk.transitions)
-            event = rec.event
-            if event is not None:
-                key = answers(event)
-                if key is None:
-                    self.world.setdefault(rec.i - 1, []).append((rec.i, event))
-                else:
-                    self.answers.setdefault(key, []).append((rec.i, event))
-                if isinstance(event, ModelBlockReceived) and event.tool is not None:
-                    name = getattr(event.block, "name", None)
-                    if isinstance(name, str):
-                        self.traits.setdefault(name, event.tool)
-            for e in walk.effects:  # the effects step() computes, with real conversations
-                key = opens(e)
-                if key is None:
-                    continue
-                kind = key[0]
-                lst = self.by_kind.setdefault(kind, [])
-                r = _Recorded(
-                    kind=kind,
-                    ordinal=len(lst) + 1,
-                    key=key,
-                    fingerprint=fingerprints(e),
-                    effect=e,
-                    step=rec.i,
-                    max_tokens=e.max_tokens if isinstance(e, CallModel) else None,
-                )
-                lst.append(r)
-                self.by_fp.setdefault((kind, r.fingerprint), deque()).append(r)
-        if progress is not None:
-            progress(ReplayProgress("reading", reader.valid_bytes, total, self.steps))
-        assert walk.header is not None
-        self.header = walk.header
-        self.reader = reader
+            self._index(walk, rec)
+            return True
+        self.eof = True
+        if self.first_mismatch is None:
+            self.first_mismatch = _settle(walk, self._pending)
+        self._show()
+        return False
+
+    def _index(self, walk: _Walk, rec: StepRecord) -> None:
+        self.steps += 1
+        if self._progress is not None and self.steps % self._every == 0:
+            self._show()
+        if self.first_mismatch is None:
+            self.first_mismatch = self._check(walk, rec, self._pending)
+        if walk.transitions:
+            self.transitions.extend([t.TAG for t in walk.transitions])
+        event = rec.event
+        if event is not None:
+            key = answers(event)
+            if key is None:
+                self.world.setdefault(rec.i - 1, []).append((rec.i, event))
+            else:
+                self.answers.setdefault(key, []).append((rec.i, event))
+                if closes(event):
+                    self.closed.add(key)
+            if isinstance(event, ModelBlockReceived) and event.tool is not None:
+                name = getattr(event.block, "name", None)
+                if isinstance(name, str):
+                    self.traits.setdefault(name, event.tool)
+        for e in walk.effects:  # the effects step() computes, with real conversations
+            key = opens(e)
+            if key is None:
+                continue
+            kind = key[0]
+            lst = self.by_kind.setdefault(kind, [])
+            r = _Recorded(
+                kind,
+                len(lst) + 1,
+                key,
+                self._fingerprints(e),
+                rec.i,
+                e.max_tokens if isinstance(e, CallModel) else None,
+            )
+            lst.append(r)
+            self.by_fp.setdefault((kind, r.fingerprint), deque()).append(r)
+            self.effects[key] = e
+
+    def _show(self) -> None:
+        if self._progress is not None:
+            done = self.reader.valid_bytes
+            self._progress(ReplayProgress("reading", done, self._total, self.steps))
+
+    def finish(self) -> None:
+        """Read the rest of the recording (its totals, its first mismatch)."""
+        while self.advance():
+            pass
+
+    def ordinal(self, kind: str, ordinal: int) -> _Recorded | None:
+        """The recording's request of ``kind`` with this ordinal (None: it has fewer)."""
+        recs = self.by_kind.get(kind)
+        while (recs is None or len(recs) < ordinal) and self.advance():
+            recs = self.by_kind.get(kind)
+        return recs[ordinal - 1] if recs is not None and len(recs) >= ordinal else None
+
+    def answered(self, key: Key) -> list[tuple[int, Event]]:
+        """The recorded answers of a recorded request (read until its last one, or the end)."""
+        while key not in self.closed and self.advance():
+            pass
+        return self.answers.get(key, [])
+
+    def follows(self, idx: int) -> Sequence[tuple[int, Event]]:
+        """The events the world sent unasked right after recorded step ``idx``."""
+        while self.steps <= idx + 1 and self.advance():
+            pass
+        return self.world.pop(idx, ())
+
+    def use(self, r: _Recorded) -> list[tuple[int, Event]]:
+        """Take a recorded request's answers; its memory is let go (the effect is kept among
+        the most recently used, for a divergence report)."""
+        got = self.answered(r.key)
+        self.answers.pop(r.key, None)
+        self.closed.discard(r.key)
+        e = self.effects.pop(r.key, None)
+        if e is not None:
+            used = self.used_effects
+            used[r.key] = e
+            if len(used) > _RECENT:
+                used.popitem(last=False)
+        return got
+
+    def brief(self, r: _Recorded) -> str:
+        e = self.effects.get(r.key) or self.used_effects.get(r.key)
+        return describe_request(e) if e is not None else f"{r.kind} (recorded at step {r.step})"
+
+    @staticmethod
+    def _check(
+        walk: _Walk, rec: StepRecord, pending: list[tuple[StepRecord, LoopState]]
+    ) -> Mismatch | None:
+        """The first step where the recording does not replay exactly: effects checked at
+        every step, state digests at checkpoints (the steps since the last one are kept, and
+        checked one by one when a checkpoint differs), as ``replay_exact(verify="checkpoint")``
+        does."""
+        state = walk.state
+        assert state is not None
+        found = _effects_mismatch(walk, rec, state, walk.fields)
+        if found is not None:
+            return _settle(walk, pending) or found
+        pending.append((rec, state))
+        if len(pending) >= _CHECK_EVERY:
+            return _settle(walk, pending)
+        return None
 
     def traits_for(self, name: str, _input: dict[str, Any]) -> ToolTraits:
+        if name not in self.traits:
+            self.finish()
         return self.traits.get(name, ToolTraits())
 
     def compatible(self, new: Effect, rec: _Recorded) -> bool:
         """max_tokens only matters when the recorded answer was (or would now be) cut off."""
         if not isinstance(new, CallModel) or rec.max_tokens == new.max_tokens:
             return True
-        for _, ev in self.answers.get(rec.key, ()):
+        for _, ev in self.answered(rec.key):
             if isinstance(ev, ModelResponseEnded):
                 return ev.stop_reason != "max_tokens" and ev.usage.output_tokens <= new.max_tokens
         return True  # a failed or unanswered call does not depend on max_tokens
+
+
+def _settle(walk: _Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch | None:
+    """Check the pending digests: the last one, and if it differs each in order."""
+    steps = pending[:]
+    pending.clear()
+    if not steps or _digest_mismatch(walk, *steps[-1], walk.fields) is None:
+        return None
+    for rec, state in steps:
+        found = _digest_mismatch(walk, rec, state, walk.fields)
+        if found is not None:
+            return found
+    return None  # pragma: no cover - the last one differs
 
 
 def _size(path: str | os.PathLike[str]) -> int:
@@ -421,7 +589,7 @@ class _RecordedWorld:
         self.seq = 0
         self.clock = 0.0  # the recorded index of the last delivered event
         self.last: tuple[Event, int | None] | None = None
-        for idx, ev in index.world.get(0, ()):
+        for idx, ev in index.follows(0):
             self.push(idx, ev, None, idx)
 
     def push(self, order: float, event: Event, key: Key | None, rec_idx: int | None) -> None:
@@ -442,13 +610,15 @@ class _RecordedWorld:
         if transitions:
             self.transitions.extend(t.TAG for t in transitions)
         if self.progress is not None and self.steps % self.every == 0:
-            self.progress(ReplayProgress("running", self.steps, self.index.steps, self.steps))
+            done = self.index.reader.valid_bytes
+            self.progress(ReplayProgress("running", done, self.index._total, self.steps))
 
     # -- the world --------------------------------------------------------------------------
 
     def diverge(self, e: Effect, kind: str, ordinal: int, reason: str) -> _Diverged:
-        recs = self.index.by_kind.get(kind, [])
-        had = describe_request(recs[ordinal - 1].effect) if ordinal <= len(recs) else None
+        self.index.finish()  # the report's totals, and what the recording had there
+        recorded = self.index.ordinal(kind, ordinal)
+        had = self.index.brief(recorded) if recorded is not None else None
         return _Diverged(
             Divergence(
                 step=self.steps - 1,
@@ -463,15 +633,19 @@ class _RecordedWorld:
     def match(self, e: Effect, kind: str, ordinal: int) -> _Recorded | None:
         fp = self.fingerprints(e)
         index = self.index
-        recs = index.by_kind.get(kind, [])
-        if ordinal <= len(recs):
-            r = recs[ordinal - 1]
-            if r.key not in self.used and r.fingerprint == fp and index.compatible(e, r):
+        r = index.ordinal(kind, ordinal)
+        if r is not None and r.key not in self.used and r.fingerprint == fp:
+            if index.compatible(e, r):
                 return r
-        for r in index.by_fp.get((kind, fp), ()):
-            if r.key not in self.used and index.compatible(e, r):
-                self.out_of_order += 1
-                return r
+        for whole in (False, True):  # what was read (the earliest), then the whole recording
+            if whole:
+                if index.eof:
+                    break
+                index.finish()
+            for r in index.by_fp.get((kind, fp), ()):
+                if r.key not in self.used and index.compatible(e, r):
+                    self.out_of_order += 1
+                    return r
         return None
 
     def perform(self, effect: Effect, state: LoopState) -> None:
@@ -493,7 +667,7 @@ class _RecordedWorld:
         if r is not None:
             self.used.add(r.key)
             self.matched[kind] += 1
-            for idx, ev in self.index.answers.get(r.key, ()):
+            for idx, ev in self.index.use(r):
                 self.push(idx, readdress(ev, effect), key, idx)
             return
         if self.policy_model is None:
@@ -566,7 +740,7 @@ class _RecordedWorld:
         self.clock = max(self.clock, order)
         self.last = (event, rec_idx)
         if rec_idx is not None:
-            for idx, ev in self.index.world.get(rec_idx, ()):
+            for idx, ev in self.index.follows(rec_idx):
                 self.push(idx, ev, None, idx)
         return event
 
@@ -580,6 +754,7 @@ class _RecordedWorld:
     ) -> CounterfactualReport:
         index, state = self.index, self.state
         assert state is not None
+        index.finish()
         return CounterfactualReport(
             path=index.reader.name,
             status=status,
@@ -644,8 +819,6 @@ async def replay_counterfactual_async(
         return world.report("diverged", d.divergence)
     except IllegalEvent as err:
         return world.rejected(err)
-    if progress is not None:
-        progress(ReplayProgress("running", world.steps, index.steps, world.steps))
     if out.status == "finished":
         return world.report("finished", terminal=out.terminal)
     return world.report("stalled")
