@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import shlex
-import signal
 import stat
 import subprocess
 import threading
@@ -34,6 +33,7 @@ import anyio
 import anyio.abc
 import attrs
 
+from effects.procs import open_process_tree
 from effects.tools.base import Tool, ToolContext, ToolOutput, tool_use_error
 from effects.tools.confine import Refused, Walker, check_links, os_message
 from reducer.events import InterruptBehavior
@@ -341,7 +341,7 @@ class Write(_WorkspaceTool):
                     f"{self.max_file_bytes} bytes)"
                 )
             with Walker(self.workspace, raw) as walker:
-                name = walker.walk(walker.split(raw), create=True)
+                name = walker.walk(walker.split(raw), create=True, before_change=guard.check)
                 if name is None:
                     raise _ToolError(f"Path is a directory, not a file: {raw}")
                 try:
@@ -730,20 +730,15 @@ def is_read_only_command(command: str) -> bool:
     return bool(words) and words[0] in _READ_ONLY_COMMANDS
 
 
-def _kill_group(process: anyio.abc.Process) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 @attrs.frozen(kw_only=True)
 class Bash:
     """Run a shell command with the workspace as working directory (not sandboxed).
 
-    The command runs in its own process group; the whole group is killed when the call is
-    cancelled, times out or ends, so no child outlives the call. Output (stdout and stderr
-    together) is kept up to ``max_output_chars`` characters.
+    The command runs as a :class:`effects.procs.ProcessTree`: when the call is cancelled,
+    times out or ends, the command and everything it started are killed (on Linux even what
+    left the process group or session, and also when steploop itself is killed), so no
+    child outlives the call. Output (stdout and stderr together) is kept up to
+    ``max_output_chars`` characters.
     """
 
     name: ClassVar[str] = "Bash"
@@ -779,14 +774,16 @@ class Bash:
         max_bytes = self.max_output_chars * 4
         buffer = bytearray()
         truncated = False
-        process = await anyio.open_process(
-            [self.shell, "-c", command],
-            cwd=self.workspace,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # Shielded: a cancellation must not strike between the start and the moment the
+        # tree is held (the finally below is what ends it).
+        with anyio.CancelScope(shield=True):
+            process = await open_process_tree(
+                [self.shell, "-c", command],
+                cwd=self.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
         try:
             with anyio.move_on_after(self.timeout_s) as deadline:
                 assert process.stdout is not None
@@ -797,9 +794,7 @@ class Bash:
                     buffer.extend(chunk[: max(room, 0)])
                 await process.wait()
         finally:
-            with anyio.CancelScope(shield=True):
-                _kill_group(process)
-                await process.aclose()
+            await process.aclose()  # shielded: the whole tree is killed and reaped
 
         output = buffer.decode("utf-8", errors="replace")
         if len(output) > self.max_output_chars:

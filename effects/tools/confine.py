@@ -285,15 +285,21 @@ class Walker:
             parts = target.split("/")
         return deque([*parts, *pending])
 
-    def walk(self, parts: list[str], *, create: bool = False) -> str | None:
+    def walk(
+        self,
+        parts: list[str],
+        *,
+        create: bool = False,
+        before_change: Callable[[], None] = lambda: None,
+    ) -> str | None:
         """Walk to the entry ``parts`` names; returns its name in the directory the walk then
         stands in, or None when the path names that directory itself.
 
         Every component but the last must be a directory (a symlink to one is followed); the
         last is looked at without being opened, and followed if it is a symlink; with a
         trailing ``/`` it must be a directory too. With ``create``, missing directories on
-        the way are made. The returned entry may not exist (a file to create); it was no
-        symlink when seen.
+        the way are made, each after ``before_change()`` (which may raise to stop the walk).
+        The returned entry may not exist (a file to create); it was no symlink when seen.
         """
         pending = deque(parts)
         retries = 0
@@ -346,6 +352,7 @@ class Walker:
                 if retries >= 3:
                     raise Refused(f"Path changed while in use: {self.raw}") from exc
                 retries += 1
+                before_change()
                 try:
                     os.mkdir(part, 0o777, dir_fd=self.top)
                 except FileExistsError:
