@@ -245,3 +245,18 @@ async def test_file_tools_give_up_at_their_timeout(
 def test_builtin_module_uses_os_through_its_global() -> None:
     """The slow file system above reaches the tools through these module globals."""
     assert vars(builtin_module)["os"] is os
+
+
+@pytest.mark.anyio
+async def test_platform_without_dir_fd_refuses_clearly(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where openat-style calls are missing, every file tool answers with one clear error
+    instead of crashing or falling back to path checks that races defeat."""
+    import effects.tools.confine as confine
+
+    reason = confine._unsupported_reason() or "confined file access is not available here"
+    monkeypatch.setattr(confine, "UNSUPPORTED_REASON", reason)
+    registry = ToolRegistry(builtin_tools(workspace))
+    for name, input in GIVE_UP_CALLS:
+        assert_error(await call(registry, name, input), "confined file access is not available")
