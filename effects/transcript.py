@@ -42,6 +42,7 @@ from reducer.messages import (
     Emitted,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     SystemMessage,
     TextBlock,
@@ -87,7 +88,11 @@ def _utc_now() -> datetime:
 def block_to_api(block: Block) -> dict[str, Any]:
     """One content block in the Anthropic Messages API spelling."""
     if isinstance(block, TextBlock):
+        if block.citations is not None:  # as the API sent them (specs/ R-BLOCK-2)
+            return {"type": "text", "text": block.text, "citations": json.loads(block.citations)}
         return {"type": "text", "text": block.text}
+    if isinstance(block, OpaqueBlock):  # a server block, exactly as the API sent it
+        return json.loads(block.raw)  # type: ignore[no-any-return]
     if isinstance(block, ThinkingBlock):
         return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
     if isinstance(block, RedactedThinkingBlock):

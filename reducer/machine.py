@@ -452,10 +452,11 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
         s = _discard_attempt(s, fx, tombstone=True)
         r = s.round
     block = e.block
-    if isinstance(block, ToolUseBlock) and not e.input_complete:
-        return s  # [R-TOOL-4] a truncated tool input is never emitted, stored or run
+    if not e.input_complete:
+        return s  # [R-TOOL-4] a truncated tool (or server tool) input is never emitted or stored
     n = s.ids.msg + 1
-    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=s.model, content=(block,))
+    model = e.model or s.model  # [R-MODEL-1] the serving model, once the client knows it
+    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,))
     fx.append(Emit(item=rec))
     blocks = (*r.blocks, rec)
     ids = evolve(s.ids, msg=n)
@@ -708,7 +709,7 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
     if _late_call(s, e):
         return s
     r = s.round
-    r = evolve(r, ended=True, stop_reason=e.stop_reason, usage=e.usage)
+    r = evolve(r, ended=True, stop_reason=e.stop_reason, usage=e.usage, blocks=_served(r, e))
     s = evolve(
         s,
         round=r,
@@ -735,6 +736,14 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             return _after_tools(s, cfg, fx, e.at_ms)
         return s
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _served(r: Round, e: ModelResponseEnded) -> tuple[AssistantMessage, ...]:
+    """[R-MODEL-1] the response's records name the model that served it (``e.model``)."""
+    served = e.model
+    if not served or all(b.model == served for b in r.blocks):
+        return r.blocks
+    return tuple(evolve(b, model=served) for b in r.blocks)
 
 
 def _emit_ready_summary(s: LoopState, fx: FX) -> LoopState:
