@@ -3,7 +3,8 @@
 ``register(subparsers)`` adds the command; ``cmd_check(args, out)`` runs it. The explorer is
 pure and reports progress through a callback; this shell measures the time, draws the
 progress bar (stderr, only with ``--progress`` or when stderr is a terminal) and writes a JSON
-trace for every broken invariant (``steploop-check-INV-n.jsonl`` in ``--out``, replayable with
+trace for every broken invariant (``steploop-check-INV-n.jsonl`` in ``--out``, default
+``steploop-check/``, replayable with
 ``steploop replay``; the move labels and loop sit beside it in ``.json``).
 
 Exit status: 0 when every invariant held and every applicable guard was exercised, 1 when an
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from effects.cli_common import CliError, config_from
 from reducer.explore import (
     DEEP_WORLD,
     DEFAULT_ROUNDS,
@@ -67,15 +69,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-states", default="none", metavar="N", help="stop after N states")
     p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     p.add_argument(
-        "--out", default=".", metavar="DIR", help="where counterexample files go (default .)"
+        "--out",
+        default="steploop-check",
+        metavar="DIR",
+        help="the folder counterexample files go to, made when one is found (default steploop-check/)",
     )
     p.set_defaults(handler=cmd_check)
     return p
 
 
 def _bound(raw: str, flag: str) -> int | None:
-    from effects.cli import CliError
-
     if raw.strip().lower() in ("none", "all", "unbounded"):
         return None
     try:
@@ -123,21 +126,42 @@ class _Bar:
             self.err.flush()
 
 
-def _write_cex(cex: Counterexample, out_dir: Path) -> Path:
+def _write_cex(cex: Counterexample, out_dir: Path, name: str | None = None) -> tuple[Path, str | None]:
     """Write the counterexample as a trace ``steploop replay`` accepts (and its labels, loop
-    and explanation as a JSON sidecar); return the trace's path."""
-    from effects.cli import CliError
-    from effects.trace import record_sequence
+    and explanation as a JSON sidecar).
 
-    path = out_dir / f"steploop-check-{cex.invariant}.jsonl"
+    When ``step()`` raises on one of the events (specs/ M-5: a crash the explorer found), the
+    trace holds every step before it and the sidecar says which event raises and how; nothing
+    propagates.
+
+    Returns:
+        The trace's path, and the crash (``"event N (label): Type: message"``) or None.
+    """
+    from effects.trace import TraceRecorder
+    from reducer import start, step
+
+    path = out_dir / f"steploop-check-{name or cex.invariant}.jsonl"
+    crash: str | None = None
+    data = cex.to_json()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        record_sequence(path, cex.config, cex.request, cex.trace_events(), cex.session)
+        with TraceRecorder(path, config=cex.config, session=cex.session, request=cex.request) as rec:
+            state, fx = start(cex.request, cex.config, cex.session)
+            rec(None, state, fx)
+            for k, event in enumerate(cex.trace_events()):
+                try:
+                    state, fx = step(state, event, cex.config)
+                except Exception as exc:  # the crash itself: report it, write what came before
+                    crash = f"event {k} ({type(event).__name__}): {type(exc).__name__}: {exc}"
+                    data["raises_at"] = k
+                    data["raises"] = f"{type(exc).__name__}: {exc}"
+                    break
+                rec(event, state, fx)
         sidecar = path.with_suffix(".json")
-        sidecar.write_text(json.dumps(cex.to_json(), indent=1) + "\n", encoding="utf-8")
+        sidecar.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     except OSError as e:
         raise CliError(f"cannot write {path}: {e.strerror or e}") from None
-    return path
+    return path, crash
 
 
 def _status(r: Any) -> str:
@@ -179,7 +203,7 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
             print(f"{'':<{w0}}  expected under this config: {r.expected}", file=out)
         cex = r.counterexample
         if cex is not None:
-            path = _write_cex(cex, out_dir)
+            path, _ = _write_cex(cex, out_dir)
             kind = "lasso" if cex.loop_start is not None else "counterexample"
             print(f"{'':<{w0}}  {kind}: {cex.explanation}", file=out)
             print(
@@ -188,9 +212,14 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
                 file=out,
             )
             print(f"{'':<{w0}}  written to {path}", file=out)
-    for cex in report.errors:
-        path = _write_cex(cex, out_dir)
-        print(f"step() raised: {cex.explanation} ({' → '.join(cex.labels)}); {path}", file=out)
+    for k, cex in enumerate(report.errors, 1):
+        name = cex.invariant if len(report.errors) == 1 else f"{cex.invariant}-{k}"
+        path, crash = _write_cex(cex, out_dir, name)
+        print(f"{cex.invariant:<{w0}}  {'BROKEN':<{w1}}  {'':>{w2}}  step() raises only IllegalEvent", file=out)
+        print(f"{'':<{w0}}  counterexample: {cex.explanation}", file=out)
+        print(f"{'':<{w0}}  {len(cex.labels)} moves: {' → '.join(cex.labels)}", file=out)
+        where = f"; {crash}" if crash else ""
+        print(f"{'':<{w0}}  written to {path} (the steps before the crash{where})", file=out)
     rate = report.states / seconds if seconds > 0 else float("inf")
     print("", file=out)
     print(
@@ -219,13 +248,11 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     """Run ``steploop check``; returns the exit status (0 ok, 1 failed)."""
-    from effects.cli import _config
-
     rounds = _bound(args.rounds, "--rounds")
     deep_rounds = _bound(args.deep_rounds, "--deep-rounds")
     max_states = _bound(args.max_states, "--max-states")
     deep = {"default": DEEP_WORLD, "retries": RETRY_DEEP_WORLD, "off": None}[args.deep]
-    cfg = _config(args)
+    cfg = config_from(args.profile, args.set)
     err = sys.stderr
     t0 = time.perf_counter()
     bar = _Bar(err, args.progress or err.isatty(), t0)

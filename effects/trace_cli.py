@@ -1,7 +1,7 @@
 """The trace commands of the ``steploop`` CLI: replay, diff, show, stats and resume.
 
 :func:`register` adds them to the main parser's subparsers; each handler has the signature
-``(args, out) -> int`` and reports a user error by raising ``effects.cli.CliError`` or a
+``(args, out) -> int`` and reports a user error by raising ``effects.cli_common.CliError`` or a
 ``reducer.SteploopError`` (one line, exit status 2). Exit status 1 means "ran, but the answer
 is no": a replay mismatch or divergence, or two traces that differ.
 
@@ -11,7 +11,6 @@ is no": a replay mismatch or divergence, or two traces that differ.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import typing
@@ -23,6 +22,13 @@ from typing import Any, TextIO
 
 import attrs
 
+from effects.cli_common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    load_json,
+    parse_overrides,
+)
 from effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     POLICIES,
@@ -52,12 +58,6 @@ __all__ = ["TRACE_COMMANDS", "main", "register"]
 Handler = Callable[[argparse.Namespace, TextIO], int]
 
 
-def _cli_error(message: str) -> Exception:
-    from effects.cli import CliError
-
-    return CliError(message)
-
-
 # ----------------------------------------------------------------------------------------------
 # Helpers
 
@@ -73,35 +73,16 @@ def _at_least_one(text: str) -> int:
 
 
 def _overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
-    from effects.cli import _parse_value
-
-    out: dict[str, Any] = {}
-    for kv in pairs or ():
-        if "=" not in kv:
-            raise _cli_error(f"--set takes KEY=VALUE, got {kv!r}")
-        key, raw = kv.split("=", 1)
-        out[key.strip()] = _parse_value(raw.strip())
-    return out
+    return parse_overrides(pairs)
 
 
 def _load_json(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _cli_error(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise _cli_error(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise _cli_error(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _cli_error(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    return load_json(path, "script")
 
 
 def _live_model(traits_for: Callable[[str, dict[str, Any]], Any], tools: Any) -> tuple[Any, Any]:
     if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise _cli_error(
+        raise CliError(
             "ANTHROPIC_API_KEY is not set: set it to go live, or answer from a script instead"
         )
     from effects.model import AnthropicModelClient, make_client
@@ -142,14 +123,14 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         print(report.describe(), file=out)
         return 0 if report.ok else 1
     if args.verify or args.checkpoint_every:
-        raise _cli_error("--verify and --checkpoint-every apply to exact replay only")
+        raise CliError("--verify and --checkpoint-every apply to exact replay only")
     import anyio
 
     policy: Policy = args.on_divergence or "stop"
     if args.script and policy != "scripted":
-        raise _cli_error("--script goes with --on-divergence scripted")
+        raise CliError("--script goes with --on-divergence scripted")
     if policy == "scripted" and not args.script:
-        raise _cli_error("--on-divergence scripted needs --script FILE (a JSON list of responses)")
+        raise CliError("--on-divergence scripted needs --script FILE (a JSON list of responses)")
     base: LoopConfig | None = profile(args.profile) if args.profile else None
     overrides = _overrides(args.set)
     script = _load_json(args.script) if args.script else None
@@ -417,12 +398,12 @@ def _file_counts(path: Path) -> tuple[Counter[str], str]:
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     root = Path(args.dir)
     if not root.exists():
-        raise _cli_error(f"{root}: no such directory")
+        raise CliError(f"{root}: no such directory")
     if not root.is_dir():
-        raise _cli_error(f"{root}: not a directory")
+        raise CliError(f"{root}: not a directory")
     files = sorted(root.glob("*.jsonl"))
     if not files:
-        raise _cli_error(f"{root}: no *.jsonl trace files")
+        raise CliError(f"{root}: no *.jsonl trace files")
     err = sys.stderr
     progress = _Progress(len(files), err, bool(args.progress) or err.isatty())
     transitions: Counter[str] = Counter()
@@ -464,8 +445,14 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     import anyio
 
-    from effects.cli import Display, _ask_terminal, _drive, _print_result
-    from effects.run import PermissionPolicy
+    from effects.cli_drive import (
+        Display,
+        PermissionAsker,
+        drive,
+        permission_setup,
+        print_result,
+        stop_hooks_from_args,
+    )
     from effects.tools import ToolRegistry, builtin_tools
 
     # read the trace before anything else: a bad trace is the first thing to report
@@ -477,14 +464,22 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     ws_arg = args.workspace or (recorded_ws if isinstance(recorded_ws, str) else ".")
     workspace = Path(ws_arg).resolve()
     if not workspace.is_dir():
-        raise _cli_error(f"workspace {workspace} is not a directory (pass --workspace DIR)")
+        raise CliError(f"workspace {workspace} is not a directory (pass --workspace DIR)")
     registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
+    policy, mode = permission_setup(args)
+    display = Display(out)
+    hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
+    for note in notes:
+        display.line(note, "yellow")
     client: Any = None
     model: Any
     if args.scripted:
-        from effects.scripted import ScriptedModel
+        from effects.scripted import ScriptedModel, ScriptError
 
-        model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+        try:
+            model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+        except ScriptError as bad:
+            raise CliError(f"script {args.scripted}: {bad}") from None
     else:
         client, model = _live_model(registry.traits, registry.definitions())
     with resume_trace(
@@ -503,23 +498,21 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
             model=model,
             tools=registry,
             workspace=workspace,
-            permissions=PermissionPolicy(
-                allow=frozenset({"Read", "Glob", "Grep"}), default="allow" if args.yes else "ask"
-            ),
+            permissions=policy,
+            stop_hooks=hooks,
         )
-        display = Display(out)
 
         async def go() -> Any:
             try:
-                return await _drive(r, display, _ask_terminal)
+                return await drive(r, display, PermissionAsker())
             finally:
                 if client is not None:
                     await client.close()
 
         res = anyio.run(go)
-    _print_result(res, out)
+    code = print_result(res, out)
     print(f"appended to {point.path}", file=out)
-    return 0
+    return code
 
 
 # ----------------------------------------------------------------------------------------------
@@ -594,15 +587,16 @@ def register(subparsers: Any) -> dict[str, Handler]:
     r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
     r.add_argument("--workspace", metavar="DIR", help="default: the one recorded in the trace")
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
-    r.add_argument("--yes", action="store_true", help="allow every tool call without asking")
+    from effects.cli_drive import add_permission_args, add_stop_hook_args
+
+    add_permission_args(r)
+    add_stop_hook_args(r)
     r.set_defaults(handler=cmd_resume)
     return dict(TRACE_COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    from effects.cli import CliError
-
     out = out or sys.stdout
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
@@ -611,10 +605,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return int(args.handler(args, out))
     except (CliError, SteploopError) as e:
         print(f"steploop: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover
