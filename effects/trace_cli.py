@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import typing
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import zip_longest
@@ -50,7 +49,7 @@ from effects.trace import (
 from reducer import LoopConfig, SteploopError, profile
 from reducer.canonical import to_data
 from reducer.effects import CallModel, Compact, Effect, StartTool
-from reducer.events import Event, ModelResponseEnded
+from reducer.events import ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
 
 __all__ = ["TRACE_COMMANDS", "main", "register"]
@@ -173,13 +172,41 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
         for k, v in data.items():
             out.update(_flat(v, f"{prefix}{k}."))
         return out
+    if isinstance(data, list) and data:
+        out = {}
+        for k, v in enumerate(data):
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
     return {prefix[:-1]: data}
 
 
-def _timeless(event: Event | None) -> Event | None:
-    if event is None:
-        return None
-    return typing.cast(Event, attrs.evolve(typing.cast(Any, event), at_ms=0))
+_TIME_KEYS = ("at_ms",)
+
+
+def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
+    """The leaves that differ, as (dotted path, A's value, B's value); times ignored unless
+    ``exact`` (a field named ``at_ms`` at any depth)."""
+    fa, fb = _flat(to_data(a)), _flat(to_data(b))
+    out = []
+    for key in list(fa) + [k for k in fb if k not in fa]:
+        if not exact and key.rsplit(".", 1)[-1] in _TIME_KEYS:
+            continue
+        va, vb = fa.get(key, "(absent)"), fb.get(key, "(absent)")
+        if va != vb:
+            out.append((key, va, vb))
+    return out
+
+
+def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
+    lines = [f"{indent}{k}: {_short(repr(va), 160)} → {_short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
+    if len(diffs) > limit:
+        lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
+    return lines
+
+
+def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
+    shown = ", ".join(f"{k} ({_short(repr(va), 60)} → {_short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
+    return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
 
 
 def _effect_lines(label: str, effects: Sequence[Effect]) -> list[str]:
@@ -199,14 +226,13 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     first_a, first_b = next(steps_a, None), next(steps_b, None)
     ha, hb = a.header, b.header
     assert ha is not None and hb is not None
-    fa, fb = _flat(to_data(ha.config)), _flat(to_data(hb.config))
-    changed = [k for k in fa if fa.get(k) != fb.get(k)]
+    exact = bool(args.exact)
+    changed = _field_diff(ha.config, hb.config, True)
     if changed:
-        shown = ", ".join(f"{k} ({fa[k]!r} → {fb.get(k)!r})" for k in changed[:8])
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        print(f"configs differ: {shown}{more}", file=out)
-    if ha.request != hb.request:
-        print("requests differ", file=out)
+        print(f"configs differ: {_inline_fields(changed)}", file=out)
+    requests = _field_diff(ha.request, hb.request, exact)
+    if requests:
+        print(f"requests differ: {_inline_fields(requests)}", file=out)
 
     def chain(first: StepRecord | None, rest: Iterator[StepRecord]) -> Iterator[StepRecord]:
         if first is not None:
@@ -224,20 +250,36 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
                 file=out,
             )
             return 1
-        same_event = (
-            sa.event == sb.event if args.exact else _timeless(sa.event) == _timeless(sb.event)
-        )
+        if sa.event is None or sb.event is None:
+            same_event = sa.event is sb.event
+            event_diff: list[tuple[str, Any, Any]] = []
+        else:
+            event_diff = _field_diff(sa.event, sb.event, exact)
+            same_event = not event_diff
         if not same_event:
             print(f"first divergence at step {sa.i}: the events differ", file=out)
+            for line in _show_fields(event_diff):
+                print(line, file=out)
             print(f"  A event: {describe_effect(sa.event, 400)}", file=out)
             print(f"  B event: {describe_effect(sb.event, 400)}", file=out)
             return 1
         if sa.effects != sb.effects:
             print(f"first divergence at step {sa.i}: same event, the effects differ", file=out)
+            for k, (ea_, eb_) in enumerate(zip_longest(sa.effects, sb.effects)):
+                if ea_ == eb_:
+                    continue
+                if ea_ is None or eb_ is None:
+                    who = "B" if ea_ is None else "A"
+                    print(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", file=out)
+                else:
+                    print(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", file=out)
+                    for line in _show_fields(_field_diff(ea_, eb_, True), "    "):
+                        print(line, file=out)
+                break
             for line in _effect_lines("A", sa.effects) + _effect_lines("B", sb.effects):
                 print(line, file=out)
             return 1
-        if args.exact and sa.digest != sb.digest:
+        if exact and sa.digest != sb.digest:
             print(f"first divergence at step {sa.i}: the state digests differ", file=out)
             print(f"  A: {sa.digest}\n  B: {sb.digest}", file=out)
             return 1
@@ -247,6 +289,9 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     tb = eb.terminal.TAG if eb else "no end record"
     if ta != tb:
         print(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", file=out)
+        return 1
+    if changed or requests:
+        print(f"the same {n} steps ({ta}) from different headers", file=out)
         return 1
     print(f"identical ({n} steps; {ta})", file=out)
     return 0

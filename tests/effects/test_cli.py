@@ -326,3 +326,45 @@ def test_demo_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert main(["demo"], out=io.StringIO()) == 0
     assert main(["demo", "--profile", "nope"], out=io.StringIO()) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+# -- diff -----------------------------------------------------------------------------------
+
+
+def test_diff_of_two_recordings_of_one_script_is_identical(tmp_path: Path) -> None:
+    """Two runs of the same script differ only in their clocks: diff says identical (exit 0)
+    and compares the times only with --exact, naming the field."""
+    import time
+
+    entries: list[dict[str, object]] = [{"type": "reply", "text": "same"}]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert _run(tmp_path, entries, "--trace", str(a))[0] == 0
+    time.sleep(0.01)
+    assert _run(tmp_path, entries, "--trace", str(b))[0] == 0
+    out = io.StringIO()
+    assert main(["diff", str(a), str(b)], out=out) == 0, out.getvalue()
+    assert out.getvalue().startswith("identical (") and "differ" not in out.getvalue()
+    out = io.StringIO()
+    assert main(["diff", str(a), str(b), "--exact"], out=out) == 1
+    assert "requests differ: at_ms (" in out.getvalue()
+
+
+def test_diff_names_the_differing_field_of_an_effect(tmp_path: Path) -> None:
+    from effects.trace import record_sequence
+    from reducer import Request, default
+    from reducer.events import ModelBlockReceived, ModelResponseEnded
+    from reducer.messages import TextBlock, Usage
+
+    events = [
+        ModelBlockReceived(call_id=1, block=TextBlock(text="hi")),
+        ModelResponseEnded(call_id=1, model="m", stop_reason="end_turn", usage=Usage(input_tokens=5)),
+    ]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    record_sequence(a, default(), Request(prompt="go"), events)
+    record_sequence(b, default().with_overrides({"model": "claude-other"}), Request(prompt="go"), events)
+    out = io.StringIO()
+    assert main(["diff", str(a), str(b)], out=out) == 1
+    text = out.getvalue()
+    assert "configs differ: model (" in text
+    assert "first divergence at step 0: same event, the effects differ" in text
+    assert "effect 1 (call_model / call_model):" in text and "model: " in text and "→ 'claude-other'" in text, text
