@@ -352,10 +352,10 @@ def test_diff_of_two_recordings_of_one_script_is_identical(tmp_path: Path) -> No
 def test_diff_names_the_differing_field_of_an_effect(tmp_path: Path) -> None:
     from effects.trace import record_sequence
     from reducer import Request, default
-    from reducer.events import ModelBlockReceived, ModelResponseEnded
+    from reducer.events import Event, ModelBlockReceived, ModelResponseEnded
     from reducer.messages import TextBlock, Usage
 
-    events = [
+    events: list[Event] = [
         ModelBlockReceived(call_id=1, block=TextBlock(text="hi")),
         ModelResponseEnded(call_id=1, model="m", stop_reason="end_turn", usage=Usage(input_tokens=5)),
     ]
