@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from effects.cli_common import CliError, config_from
+from rich.text import Text
+
+from effects.cli_common import CliError, config_from, console_for
 from reducer.explore import (
     DEEP_WORLD,
     DEFAULT_ROUNDS,
@@ -164,6 +166,9 @@ def _write_cex(cex: Counterexample, out_dir: Path, name: str | None = None) -> t
     return path, crash
 
 
+_STATUS_STYLE = {"broken": "bold red", "unexercised": "yellow", "held": "green"}
+
+
 def _status(r: Any) -> str:
     if r.status == "broken":
         return "BROKEN"
@@ -197,8 +202,12 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
     w1 = max(len("status"), *(len(r[1]) for r in rows))
     w2 = max(len("exercised"), *(len(r[2]) for r in rows))
     print(f"{'rule':<{w0}}  {'status':<{w1}}  {'exercised':>{w2}}  invariant", file=out)
+    console = console_for(out)
     for (rid, status, ex, title), r in zip(rows, report.results, strict=True):
-        print(f"{rid:<{w0}}  {status:<{w1}}  {ex:>{w2}}  {title}", file=out)
+        line = Text(f"{rid:<{w0}}  ")
+        line.append(f"{status:<{w1}}", style=_STATUS_STYLE.get(r.status, ""))
+        line.append(f"  {ex:>{w2}}  {title}")
+        console.print(line)
         if r.status == "broken" and r.expected:
             print(f"{'':<{w0}}  expected under this config: {r.expected}", file=out)
         cex = r.counterexample
@@ -215,7 +224,10 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
     for k, cex in enumerate(report.errors, 1):
         name = cex.invariant if len(report.errors) == 1 else f"{cex.invariant}-{k}"
         path, crash = _write_cex(cex, out_dir, name)
-        print(f"{cex.invariant:<{w0}}  {'BROKEN':<{w1}}  {'':>{w2}}  step() raises only IllegalEvent", file=out)
+        line = Text(f"{cex.invariant:<{w0}}  ")
+        line.append(f"{'BROKEN':<{w1}}", style="bold red")
+        line.append(f"  {'':>{w2}}  step() raises only IllegalEvent")
+        console.print(line)
         print(f"{'':<{w0}}  counterexample: {cex.explanation}", file=out)
         print(f"{'':<{w0}}  {len(cex.labels)} moves: {' → '.join(cex.labels)}", file=out)
         where = f"; {crash}" if crash else ""
@@ -236,6 +248,7 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
         file=out,
     )
     verdict = "ok" if report.ok else "FAILED"
+    out.flush()
     why = []
     if report.broken:
         why.append(f"{len(report.broken)} broken")
@@ -243,7 +256,7 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
         why.append(f"{len(report.unexercised)} never exercised")
     if report.errors:
         why.append("step() raised")
-    print(f"{verdict}" + (f": {', '.join(why)}" if why else ""), file=out)
+    console.print(Text(verdict + (f": {', '.join(why)}" if why else ""), style="green" if report.ok else "bold red"))
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:

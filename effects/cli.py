@@ -337,7 +337,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print("steploop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `steploop show ... | head`: the reader left; end quietly
-        _quiet_stdout()
+        if out is sys.stdout:
+            _quiet_stdout()  # the interpreter's last flush of stdout would fail again
         return 0
 
 

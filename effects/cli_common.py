@@ -44,8 +44,10 @@ __all__ = [
     "EXIT_USAGE",
     "TERMINAL_EXIT",
     "CliError",
+    "ProgressBar",
     "config_from",
     "console_for",
+    "count_steps",
     "ended_with_api_error",
     "exit_code",
     "load_json",
@@ -201,11 +203,16 @@ def console_for(out: TextIO, *, stderr: bool = False) -> Any:
     """
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would point stdout at /dev/null and exit 1
+            self.quiet = True
+            raise BrokenPipeError  # the CLI's main ends quietly with status 0
+
     try:
         tty = out.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return Console(
+    return _Console(
         file=out,
         stderr=stderr,
         force_terminal=tty,
@@ -216,3 +223,111 @@ def console_for(out: TextIO, *, stderr: bool = False) -> Any:
         width=None if tty else 1000,
         color_system="auto" if tty else None,
     )
+
+
+class ProgressBar:
+    """A progress bar on ``stream`` (stderr), or nothing when not ``enabled``.
+
+    ``enabled`` is usually "stderr is a terminal, or ``--progress`` was given". On a terminal
+    it is a ``rich`` bar (colour unless ``NO_COLOR``), removed when done; off a terminal a plain
+    ``\\r[#####     ] 12/40 files`` line without escape codes, which stays. Updates are drawn at
+    most ten times a second, so a bar costs next to nothing per step.
+    """
+
+    def __init__(self, total: int | None, label: str, unit: str, stream: TextIO, enabled: bool) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.unit = unit
+        self.stream = stream
+        self._done = 0
+        self._last = 0.0
+        self._progress: Any = None
+        if not enabled:
+            return
+        try:
+            tty = stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        if not tty:
+            self._draw()
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        console = Console(file=stream, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+        self._progress = Progress(
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(unit),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            auto_refresh=False,
+        )
+        self._task = self._progress.add_task(label, total=total)
+        self._progress.start()
+
+    def _draw(self) -> None:
+        if self.total:
+            width = 30
+            filled = min(width, width * self._done // self.total)
+            bar = "#" * filled + " " * (width - filled)
+            self.stream.write(f"\r[{bar}] {self._done}/{self.total} {self.unit}")
+        else:
+            self.stream.write(f"\r{self._done} {self.unit}")
+        self.stream.flush()
+
+    def advance(self, n: int = 1) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        self._done += n
+        now = time.monotonic()
+        if now - self._last < 0.1 and self._done != self.total:
+            return
+        self._last = now
+        if self._progress is None:
+            self._draw()
+        else:
+            self._progress.update(self._task, completed=self._done)
+            self._progress.refresh()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self.enabled = False
+        if self._progress is None:
+            self.stream.write("\n")
+            self.stream.flush()
+        else:
+            self._progress.stop()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def count_steps(path: str | os.PathLike[str]) -> int | None:
+    """The step records in a trace file (for a progress bar's total), or None if unreadable."""
+    pattern = b'{"record":"step"'
+    n = 0
+    tail = b""  # shorter than the pattern: a match in it was not counted yet
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                data = tail + chunk
+                n += data.count(pattern)
+                tail = data[-(len(pattern) - 1) :]
+        return n
+    except OSError:
+        return None

@@ -25,6 +25,9 @@ from effects.cli_common import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     CliError,
+    ProgressBar,
+    console_for,
+    count_steps,
     load_json,
     parse_overrides,
 )
@@ -113,13 +116,18 @@ def _steps(reader: TraceReader) -> Iterator[StepRecord]:
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
+    err = sys.stderr
+    show = bool(args.progress) or err.isatty()
     if not counterfactual:
-        report = replay_exact(
-            args.trace,
-            verify=args.verify or "every",
-            checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
-        )
-        print(report.describe(), file=out)
+        total = count_steps(args.trace) if show else None
+        with ProgressBar(total, "replaying", "steps", err, show) as bar:
+            report = replay_exact(
+                args.trace,
+                verify=args.verify or "every",
+                checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
+                on_step=(lambda _rec: bar.advance()) if show else None,
+            )
+        _print_verdict(report.describe(), report.ok, out)
         return 0 if report.ok else 1
     if args.verify or args.checkpoint_every:
         raise CliError("--verify and --checkpoint-every apply to exact replay only")
@@ -158,8 +166,19 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         f"counterfactual replay of {args.trace} with {'; '.join(what)}; on divergence: {policy}",
         file=out,
     )
-    print(report.describe(), file=out)
+    _print_verdict(report.describe(), report.ok, out)
     return 0 if report.ok else 1
+
+
+def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
+    """A replay's report: its first line green when it held, red when not."""
+    from rich.text import Text
+
+    console = console_for(out)
+    first, _, rest = text.partition("\n")
+    console.print(Text(first, style="green" if ok else "bold red"))
+    if rest:
+        console.print(Text(rest))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,11 +324,14 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 class _Row:
     round: int
     transition: str = "(unfinished)"
+    tag: str = "(unfinished)"
     calls: int = 0
     tools: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     compactions: int = 0
+    tool_names: Counter[str] = attrs.field(factory=Counter)
+    context: int = 0  # the prompt's size at the round's last response (input + cache tokens)
 
 
 def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
@@ -318,6 +340,7 @@ def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
             row.calls += 1
         elif isinstance(e, StartTool):
             row.tools += 1
+            row.tool_names[e.name] += 1
         elif isinstance(e, Compact):
             row.compactions += 1
 
@@ -349,13 +372,14 @@ def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | 
         row = rows[-1]
         if isinstance(rec.event, ModelResponseEnded):
             u = rec.event.usage
-            row.tokens_in += (
-                u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
-            )
+            size = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+            row.tokens_in += size
             row.tokens_out += u.output_tokens
+            row.context = size
         t = rec.transition
         if t is not None:
             row.transition = t.TAG + _payload(t)
+            row.tag = t.TAG
             if isinstance(t, CONTINUE_TYPES):
                 rows.append(_Row(round=row.round + 1))
         _count_effects(rows[-1], rec.effects)
@@ -363,71 +387,131 @@ def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | 
     return reader.header, rows, reader.end, steps, resumes
 
 
+#: ``show`` prints every round up to this many; beyond, the first and last few (``--all``).
+SHOW_ALL_UP_TO = 40
+SHOW_ENDS = 10
+
+
+def _status_style(tag: str) -> str:
+    if tag == "completed":
+        return "green"
+    if tag in ("(unfinished)",):
+        return "yellow"
+    if tag in {c.TAG for c in CONTINUE_TYPES}:
+        return ""
+    return "red"
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    if args.html:
+        from effects.viewer import write_html
+
+        path = write_html(args.trace, args.html)
+        print(f"wrote {path} (one self-contained file: open it in a browser)", file=out)
+        return 0
     reader = TraceReader(args.trace)
     header, rows, end, steps, resumes = timeline(reader)
+    console = console_for(out)
     cfg, prov = header.config, header.provenance
     prompt = header.request.prompt
     text = prompt if isinstance(prompt, str) else "(blocks)"
-    print(f"trace {reader.name}", file=out)
-    print(
-        f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
-        f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}",
-        file=out,
-    )
-    print(f"  prompt: {_short(text, 90)}", file=out)
-    headers = ("round", "transition", "model calls", "tools run", "tokens in/out", "compactions")
-    cells = [
-        (
-            str(r.round),
-            r.transition,
-            str(r.calls),
-            str(r.tools),
-            f"{r.tokens_in:,}/{r.tokens_out:,}",
-            str(r.compactions),
+    console.print(Text(f"trace {reader.name}", style="bold"))
+    console.print(
+        Text(
+            f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
+            f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
         )
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.ljust(widths[k]) if k == 1 else v.rjust(widths[k]) for k, v in enumerate(values)]
-        return "  ".join(parts).rstrip()
-
-    print(line(headers), file=out)
-    for c in cells:
-        print(line(c), file=out)
+    )
+    console.print(Text(f"  prompt: {_short(text, 90)}"))
+    if not args.summary:
+        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+        for name, justify in (
+            ("round", "right"),
+            ("transition", "left"),
+            ("model calls", "right"),
+            ("tools run", "right"),
+            ("tokens in/out", "right"),
+            ("compactions", "right"),
+        ):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        shown: list[_Row | None] = list(rows)
+        if len(rows) > SHOW_ALL_UP_TO and not args.all:
+            shown = [*rows[:SHOW_ENDS], None, *rows[-SHOW_ENDS:]]
+        for r in shown:
+            if r is None:
+                hidden = len(rows) - 2 * SHOW_ENDS
+                table.add_row("…", Text(f"{hidden:,} rounds not shown (--all shows them, --summary totals them)", style="dim"))
+                continue
+            table.add_row(
+                str(r.round),
+                Text(r.transition, style=_status_style(r.tag)),
+                str(r.calls),
+                str(r.tools),
+                f"{r.tokens_in:,}/{r.tokens_out:,}",
+                str(r.compactions),
+            )
+        console.print(table)
+    if args.summary or len(rows) > SHOW_ALL_UP_TO:
+        _print_summary(console, rows)
     ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
     resumed = f"; resumed {resumes}x" if resumes else ""
-    print(f"{steps} steps, {len(rows)} round(s); {ended}{resumed}", file=out)
+    line = Text(f"{steps} steps, {len(rows)} round(s); ")
+    line.append(ended, style=_status_style(end.terminal.TAG if end is not None else "(unfinished)"))
+    line.append(resumed)
+    console.print(line)
     return 0
+
+
+def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
+    """Totals per round kind (the transition that ended it), tools by name, tokens."""
+    from rich.table import Table
+    from rich.text import Text
+
+    kinds: dict[str, list[_Row]] = {}
+    for r in rows:
+        kinds.setdefault(r.tag, []).append(r)
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), title=None)
+    for name, justify in (
+        ("rounds ended by", "left"),
+        ("rounds", "right"),
+        ("model calls", "right"),
+        ("tools run", "right"),
+        ("tokens in/out", "right"),
+        ("compactions", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for tag, rs in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        table.add_row(
+            Text(tag, style=_status_style(tag)),
+            f"{len(rs):,}",
+            f"{sum(r.calls for r in rs):,}",
+            f"{sum(r.tools for r in rs):,}",
+            f"{sum(r.tokens_in for r in rs):,}/{sum(r.tokens_out for r in rs):,}",
+            f"{sum(r.compactions for r in rs):,}",
+        )
+    table.add_row(
+        Text("total", style="bold"),
+        f"{len(rows):,}",
+        f"{sum(r.calls for r in rows):,}",
+        f"{sum(r.tools for r in rows):,}",
+        f"{sum(r.tokens_in for r in rows):,}/{sum(r.tokens_out for r in rows):,}",
+        f"{sum(r.compactions for r in rows):,}",
+    )
+    console.print(table)
+    tools: Counter[str] = Counter()
+    for r in rows:
+        tools.update(r.tool_names)
+    shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
+    console.print(Text(f"tools by name: {shown or 'none'}"))
+    peak = max((r.context for r in rows), default=0)
+    console.print(Text(f"largest prompt: {peak:,} tokens"))
 
 
 # ----------------------------------------------------------------------------------------------
 # stats
-
-
-class _Progress:
-    """``[#####     ] 12/40 files`` on a terminal (or when asked); nothing otherwise."""
-
-    def __init__(self, total: int, stream: TextIO, enabled: bool, width: int = 30) -> None:
-        self.total = total
-        self.stream = stream
-        self.enabled = enabled and total > 0
-        self.width = width
-
-    def show(self, done: int) -> None:
-        if not self.enabled:
-            return
-        filled = self.width * done // self.total
-        bar = "#" * filled + " " * (self.width - filled)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} files")
-        self.stream.flush()
-
-    def clear(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _file_counts(path: Path) -> tuple[Counter[str], str]:
@@ -450,21 +534,19 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     if not files:
         raise CliError(f"{root}: no *.jsonl trace files")
     err = sys.stderr
-    progress = _Progress(len(files), err, bool(args.progress) or err.isatty())
     transitions: Counter[str] = Counter()
     terminals: Counter[str] = Counter()
     warnings: list[str] = []
-    progress.show(0)
-    for k, path in enumerate(files, 1):
-        try:
-            t, end = _file_counts(path)
-        except TraceError as e:
-            warnings.append(f"steploop: warning: {e} (skipped)")
-        else:
-            transitions.update(t)
-            terminals[end] += 1
-        progress.show(k)
-    progress.clear()
+    with ProgressBar(len(files), "reading", "files", err, bool(args.progress) or err.isatty()) as bar:
+        for path in files:
+            try:
+                t, end = _file_counts(path)
+            except TraceError as e:
+                warnings.append(f"steploop: warning: {e} (skipped)")
+            else:
+                transitions.update(t)
+                terminals[end] += 1
+            bar.advance()
     for w in warnings:
         print(w, file=err)
     read = len(files) - len(warnings)
@@ -603,6 +685,9 @@ def register(subparsers: Any) -> dict[str, Handler]:
         "reported at its first step, but a digest wrong only between checkpoints is not seen)",
     )
     p.add_argument(
+        "--progress", action="store_true", help="show the progress bar even off a terminal"
+    )
+    p.add_argument(
         "--checkpoint-every",
         type=_at_least_one,
         metavar="N",
@@ -618,6 +703,21 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
     s = subparsers.add_parser("show", help="a trace's timeline, one row per round")
     s.add_argument("trace", metavar="TRACE")
+    s.add_argument(
+        "--summary",
+        action="store_true",
+        help="totals per round kind, tools by name and tokens instead of the rows",
+    )
+    s.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every round (past {SHOW_ALL_UP_TO} rounds only the first and last {SHOW_ENDS} are shown)",
+    )
+    s.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write the timeline and the machine's diagram as one self-contained HTML file",
+    )
     s.set_defaults(handler=cmd_show)
 
     st = subparsers.add_parser("stats", help="transition and terminal counts over *.jsonl in DIR")

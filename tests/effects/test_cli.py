@@ -368,3 +368,49 @@ def test_diff_names_the_differing_field_of_an_effect(tmp_path: Path) -> None:
     assert "configs differ: model (" in text
     assert "first divergence at step 0: same event, the effects differ" in text
     assert "effect 1 (call_model / call_model):" in text and "model: " in text and "→ 'claude-other'" in text, text
+
+
+# -- show -----------------------------------------------------------------------------------
+
+
+def test_show_collapses_a_long_trace_and_sums_it_up(tmp_path: Path) -> None:
+    """Past 40 rounds show prints the first and last ten with the totals; --summary gives the
+    totals per round kind, tools by name and tokens; --all every row."""
+    (tmp_path / "a.txt").write_text("hello\n")
+    read = {"type": "tool_call", "name": "Read", "input": {"file_path": "a.txt"}}
+    glob = {"type": "tool_call", "name": "Glob", "input": {"pattern": "*.txt"}}
+    trace = tmp_path / "t.jsonl"
+    got, _ = _run(tmp_path, [read, glob] * 25 + [{"type": "reply", "text": "done"}], "--trace", str(trace))
+    assert got == 0
+    out = io.StringIO()
+    assert main(["show", str(trace)], out=out) == 0
+    text = out.getvalue()
+    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit() and "steps," not in line]
+    assert [r[0] for r in rows] == [str(n) for n in (*range(1, 11), *range(42, 52))]
+    assert "31 rounds not shown" in text and "tools by name: Glob 25, Read 25" in text
+    out = io.StringIO()
+    assert main(["show", str(trace), "--summary"], out=out) == 0
+    summary = out.getvalue()
+    kinds = {line.split()[0]: line.split()[1:] for line in summary.splitlines() if line.startswith(("next_turn", "completed", "total"))}
+    assert kinds["next_turn"][0] == "50" and kinds["completed"][0] == "1" and kinds["total"][:3] == ["51", "51", "50"]
+    out = io.StringIO()
+    assert main(["show", str(trace), "--all"], out=out) == 0
+    assert len([line for line in out.getvalue().splitlines() if line.strip()[:1].isdigit() and "steps," not in line]) == 51
+
+
+def test_show_of_a_closed_pipe_ends_quietly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`steploop show … | head`: a reader that leaves is no error and no traceback."""
+    import os
+
+    trace = Path(__file__).resolve().parents[2] / "specs" / "scenarios" / "completed.jsonl"
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first line
+    out = os.fdopen(w, "w", buffering=1)
+    try:
+        assert main(["show", str(trace)], out=out) == 0
+    finally:
+        try:
+            out.close()
+        except BrokenPipeError:
+            pass
+    assert "Traceback" not in capsys.readouterr().err
