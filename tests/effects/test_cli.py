@@ -377,8 +377,8 @@ def test_show_collapses_a_long_trace_and_sums_it_up(tmp_path: Path) -> None:
     """Past 40 rounds show prints the first and last ten with the totals; --summary gives the
     totals per round kind, tools by name and tokens; --all every row."""
     (tmp_path / "a.txt").write_text("hello\n")
-    read = {"type": "tool_call", "name": "Read", "input": {"file_path": "a.txt"}}
-    glob = {"type": "tool_call", "name": "Glob", "input": {"pattern": "*.txt"}}
+    read: dict[str, object] = {"type": "tool_call", "name": "Read", "input": {"file_path": "a.txt"}}
+    glob: dict[str, object] = {"type": "tool_call", "name": "Glob", "input": {"pattern": "*.txt"}}
     trace = tmp_path / "t.jsonl"
     got, _ = _run(tmp_path, [read, glob] * 25 + [{"type": "reply", "text": "done"}], "--trace", str(trace))
     assert got == 0
