@@ -414,3 +414,20 @@ def test_show_of_a_closed_pipe_ends_quietly(tmp_path: Path, capsys: pytest.Captu
         except BrokenPipeError:
             pass
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_sample_replies_file_runs(tmp_path: Path) -> None:
+    """examples/replies.json (the README's scripted-replies example) runs on the sample project,
+    through a retried failure, to completed."""
+    import shutil
+
+    from effects.cli import SAMPLE_PROJECT
+
+    root = Path(__file__).resolve().parents[2]
+    ws = tmp_path / "ws"
+    shutil.copytree(SAMPLE_PROJECT, ws)
+    out = io.StringIO()
+    argv = ["run", "Where is userId read?", "--workspace", str(ws), "--scripted", str(root / "examples" / "replies.json")]
+    assert main(argv, out=out) == 0, out.getvalue()
+    text = out.getvalue()
+    assert "retrying in" in text and text.count("── continue: next_turn") == 2 and "userId is read in validate.ts" in text
