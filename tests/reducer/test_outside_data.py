@@ -8,6 +8,12 @@ from typing import Any
 import pytest
 
 from reducer import Conversation, default
+from reducer.canonical import (
+    canonical_bytes,
+    canonical_bytes_reference,
+    data_problem,
+    state_digest,
+)
 from reducer.config import Gates
 from reducer.context import collapse
 from reducer.effects import Compact
@@ -122,3 +128,66 @@ def test_step_survives_a_compaction_result_with_collapse_origin(content: tuple[A
     assert _stub(sent[2]) == (
         TextBlock(text="[Context collapsed: 2 earlier messages folded; tools used: Read]"),
     )
+
+
+# --- lone surrogates and deep values in the canonical encoding (reducer/canonical.py) ---------
+
+
+@pytest.mark.spec("B-TEXT-1", "R-COST-2")
+def test_a_state_with_a_lone_surrogate_has_a_digest() -> None:
+    """step() with a surrogate in a tool result raised UnicodeEncodeError (the conversation's
+    chain digest); the digest is now defined and equals the reference encoding's."""
+    d = Driver(default())
+    d.tool_use("t1")
+    d.allow("t1")
+    d.end("tool_use")
+    d.finish_tool("t1", "bad\udcff.txt")
+    digest = state_digest(d.state)
+    assert digest == state_digest(d.state) and len(digest) == 32
+    assert canonical_bytes(d.state) == canonical_bytes_reference(d.state)
+    assert canonical_bytes("\ud800") != canonical_bytes("\ufffd")
+
+
+@pytest.mark.spec("B-MODEL-1")
+def test_canonical_bytes_of_a_too_deep_value_is_a_clear_error() -> None:
+    """A value nested past the recursion limit raised RecursionError; now a ValueError."""
+    v: Any = {}
+    for _ in range(5_000):
+        v = {"a": v}
+    with pytest.raises(ValueError, match="nested this deep"):
+        canonical_bytes(ToolUseBlock(id="t", name="x", input=v))
+
+
+@pytest.mark.spec("B-MODEL-1")
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        pytest.param({"a": [1, 2.5, None, True, "s", {"b": []}]}, None, id="json"),
+        pytest.param([[[]]], None, id="lists"),
+        pytest.param({"n": 10**100 - 1, "m": -(10**100) + 1}, None, id="100-digits"),
+        pytest.param({"n": 10**100}, "more than 100 digits", id="101-digits"),
+        pytest.param({"n": -(10**100)}, "more than 100 digits", id="negative-101-digits"),
+        pytest.param({"f": float("-inf")}, "-inf", id="minus-inf"),
+        pytest.param({1: 2}, "not a string", id="int-key"),
+        pytest.param({"t": (1, 2)}, "a tuple", id="tuple"),
+        pytest.param({"o": object()}, "a object", id="object"),
+    ],
+)
+def test_data_problem(value: Any, problem: str | None) -> None:
+    got = data_problem(value)
+    assert (got is None) if problem is None else (got is not None and problem in got), got
+
+
+@pytest.mark.spec("B-MODEL-1")
+def test_data_problem_depth_is_exact_and_iterative() -> None:
+    """Level 100 is fine, 101 is not; 100,000 levels are checked without recursion."""
+
+    def deep(n: int) -> Any:
+        v: Any = {}
+        for _ in range(n - 1):
+            v = {"a": v}
+        return v
+
+    assert data_problem(deep(100)) is None
+    assert "deeper than 100" in (data_problem(deep(101)) or "")
+    assert "deeper than 100" in (data_problem(deep(100_000)) or "")
