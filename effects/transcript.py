@@ -263,7 +263,11 @@ def _redact(value: Any, secrets: Sequence[str], count: list[int]) -> Any:
 
 def _dumps(record: dict[str, Any]) -> bytes:
     # json escapes "\n" inside strings, so one record is always exactly one line.
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (B-TEXT-1): written as its \udXXX escape
+        return json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
 
 
 class TranscriptWriter:
