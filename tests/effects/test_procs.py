@@ -108,13 +108,17 @@ async def test_bash_double_fork_daemon_dies_with_the_call(
     """A daemon made the classic way (fork, setsid, fork again, parent exits) dies too."""
     daemon = textwrap.dedent(
         """\
-        import os, time
-        if os.fork() == 0:
+        import os
+        middle = os.fork()
+        if middle == 0:
             os.setsid()
-            if os.fork() == 0:
-                open("d.pid", "w").write(str(os.getpid()))
+            daemon = os.fork()
+            if daemon == 0:
                 os.execvp("sleep", ["sleep", "60"])
+            with open("d.pid", "w") as f:  # written before the middle exits, so never racing the kill
+                f.write(str(daemon))
             os._exit(0)
+        os.waitpid(middle, 0)
         """
     )
     (tmp_path / "daemon.py").write_text(daemon)
