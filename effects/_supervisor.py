@@ -23,6 +23,7 @@ the group are covered); from steploop ``kill`` and ``signal N`` (forwarded to th
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import sys
@@ -163,8 +164,16 @@ def _kill(pid: int, tree: set[int], me: int, group: int) -> bool:
         return True
     try:
         fd = pidfd_open(pid)
-    except OSError:
-        return False
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EPERM):  # an old kernel, or a seccomp filter
+            if not _ours(_stat(pid), tree, me, group):
+                return False
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                return False
+            return True
+        return False  # ESRCH: it is gone
     try:
         # The pidfd pins the process: check it is still one of ours, then signal it.
         if _ours(_stat(pid), tree, me, group):
