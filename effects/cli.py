@@ -355,17 +355,44 @@ def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
 
+def printable(out: TextIO) -> TextIO:
+    """``out``, writing a lone surrogate (text from a trace or a tool, B-TEXT-1) as its
+    ``\\udXXX`` escape instead of raising UnicodeEncodeError."""
+    reconfigure = getattr(out, "reconfigure", None)
+    if reconfigure is not None and getattr(out, "errors", None) in ("strict", "surrogateescape"):
+        reconfigure(errors="backslashreplace")
+    return out
+
+
+def closed_pipe(out: TextIO) -> int:
+    """The reader of our output went away (``steploop show ... | head``): end quietly with the
+    status of a command killed by SIGPIPE (128 + 13), with stdout pointed at /dev/null so the
+    interpreter's last flush has nowhere to fail."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (a test's StringIO)
+        return 141
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return 141
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``steploop`` console script."""
-    out = out or sys.stdout
+    out = printable(out or sys.stdout)
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None) or COMMANDS[args.command]
     try:
-        return int(handler(args, out))
+        code = int(handler(args, out))
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except (CliError, ConfigError, SteploopError) as e:
         print(f"steploop: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `steploop show ... | head`: the reader left
+        return closed_pipe(out)
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
         return 130

@@ -601,17 +601,21 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    from effects.cli import CliError
+    from effects.cli import CliError, closed_pipe, printable
 
-    out = out or sys.stdout
+    out = printable(out or sys.stdout)
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
-        return int(args.handler(args, out))
+        code = int(args.handler(args, out))
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except (CliError, SteploopError) as e:
         print(f"steploop: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return closed_pipe(out)
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
         return 130
