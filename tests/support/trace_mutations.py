@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((ROOT / "specs" / "scenarios").glob("*.jsonl"))
