@@ -323,6 +323,7 @@ class Run:
                 session_id=self.session_id,
                 cwd=str(self._workspace),
                 version=_version(),
+                stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
             )
         self._signal, self._scope = primitives()
         self._context = contextvars.copy_context()  # what every handler starts from
@@ -432,6 +433,8 @@ class Run:
             self._usage = _add(self._usage, event.usage)
         state, fx = step(state, event, self.config)
         self._state = self.state = state
+        if self._transcript is not None:  # usage, compaction and hook data for its records
+            self._transcript.observe(event, state, fx)
         if self._observer is not None:
             self._observer(event, state, fx)
         return fx
