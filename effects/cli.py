@@ -319,9 +319,18 @@ def _version() -> str:
         return "0+unknown"
 
 
+def printable(out: TextIO) -> TextIO:
+    """``out``, writing a lone surrogate (text from a trace or a tool, B-TEXT-1) as its
+    ``\\udXXX`` escape instead of raising UnicodeEncodeError."""
+    reconfigure = getattr(out, "reconfigure", None)
+    if reconfigure is not None and getattr(out, "errors", None) in ("strict", "surrogateescape"):
+        reconfigure(errors="backslashreplace")
+    return out
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``steploop`` console script."""
-    out = out or sys.stdout
+    out = printable(out or sys.stdout)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -329,7 +338,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     handler = getattr(args, "handler", None) or COMMANDS[args.command]
     try:
-        return int(handler(args, out))
+        code = int(handler(args, out))
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except (CliError, ConfigError, SteploopError) as e:
         print(f"steploop: error: {_one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE

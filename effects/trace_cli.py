@@ -742,7 +742,9 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    out = out or sys.stdout
+    from effects.cli import printable
+
+    out = printable(out or sys.stdout)
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
