@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from effects.run import ModelClient
+from effects.protocols import ModelClient
 from reducer.effects import CallModel, Compact
 from reducer.events import (
     CompactionFailed,

@@ -17,7 +17,7 @@ event: a tool turn takes two passes of the event loop (the model's, the tool's),
 started per effect (runner tasks wait idle for the next handler). The driver task only runs
 ``start()`` and reports a failure of ``step()`` or of the observer, which ends the run.
 
-Items for the consumer go through a zero-buffer hand-over (:class:`_Handoff`), so nothing
+Items for the consumer go through a zero-buffer hand-over (:class:`Handoff`), so nothing
 advances until the consumer pulls (backpressure): nothing is stepped while an item waits for
 the consumer. Nothing yields to the consumer from inside the task group: the consumer's
 ``__anext__`` only takes from that hand-over (the anyio pitfall, PEP 789).
@@ -29,24 +29,20 @@ before ``__aexit__`` returns.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
 import math
 import time
 from collections import deque
 from collections.abc import (
-    AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
-    Generator,
     Mapping,
     Sequence,
 )
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, Literal, Protocol, TypeVar, assert_never
+from typing import Any, Literal, TypeVar, assert_never
 
 import anyio
 import anyio.lowlevel
@@ -54,7 +50,8 @@ import attrs
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from effects.hooks import StopEventName
+from effects.concurrency import Handoff, Rest, Signal, primitives
+from effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
 from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from reducer import LoopConfig, LoopState, Request, Session, start, step
 from reducer.effects import (
@@ -108,35 +105,6 @@ __all__ = [
     "run",
     "run_sync",
 ]
-
-
-class ModelClient(Protocol):
-    """Streams one model call as reducer events, ending with exactly one of
-    ``ModelResponseEnded`` or ``ModelCallFailed`` (effects/model.py, effects/scripted.py)."""
-
-    def stream(self, effect: CallModel) -> AsyncIterator[Event]: ...
-
-
-class Compactor(Protocol):
-    async def compact(self, effect: Compact) -> CompactionFinished | CompactionFailed: ...
-
-
-class StopHookRunner(Protocol):
-    async def run(
-        self,
-        effect: RunStopHooks,
-        *,
-        session_id: str,
-        transcript_path: str,
-        cwd: str,
-        event_name: StopEventName = "Stop",
-    ) -> StopHooksFinished: ...
-
-
-StepObserver = Callable[[Event | None, LoopState, tuple[Effect, ...]], None]
-"""Called after start() (event None) and after every step(); the trace recorder is one. It
-runs in the task that stepped the event (a runner, the consumer, the driver), never two at
-once, before any of the step's effects is executed; if it raises, the run fails with that."""
 
 
 @attrs.frozen(kw_only=True)
@@ -248,7 +216,7 @@ class _Runner:
 
     def __init__(self, job: tuple[Key, anyio.CancelScope, Handler, Any]) -> None:
         self.job: tuple[Key, anyio.CancelScope, Handler, Any] | None = job
-        self.go: _Signal | None = None
+        self.go: Signal | None = None
 
 
 class Run:
@@ -306,12 +274,12 @@ class Run:
         self._inbox: deque[Event] = deque()  # events not stepped yet, in arrival order
         self._busy = True  # stepping now, an item waits for the consumer, or the turn ended
         self._pending: deque[Effect] = deque()  # effects returned by step(), not executed yet
-        self._wake: _Signal | None = None  # wakes the driver when the turn ends or fails
+        self._wake: Signal | None = None  # wakes the driver when the turn ends or fails
         self._failure: Exception | None = None  # step() or the observer failed
         self._state: LoopState | None = None
         self._closed = False
-        self._out: _Handoff[Item] = _Handoff()
-        self._signal: Callable[[], _Signal] = anyio.Event
+        self._out: Handoff[Item] = Handoff()
+        self._signal: Callable[[], Signal] = anyio.Event
         self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
         self._context: contextvars.Context | None = None
         self._transcript: Any = None
@@ -348,17 +316,21 @@ class Run:
                 cwd=str(self._workspace),
                 version=_version(),
             )
-        self._signal, self._scope = _primitives()
+        self._signal, self._scope = primitives()
         self._context = contextvars.copy_context()  # what every handler starts from
         self._out.new_signal = self._signal
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         if self._text_deltas:
             if not hasattr(self._model, "on_text_delta"):
-                raise TypeError(f"{type(self._model).__name__} does not report text deltas (no on_text_delta)")
+                raise TypeError(
+                    f"{type(self._model).__name__} does not report text deltas (no on_text_delta)"
+                )
             delta_send, delta_recv = anyio.create_memory_object_stream[TextDelta](math.inf)
             self._delta_send = delta_send
-            self._model.on_text_delta = lambda i, t: _send_nowait(delta_send, TextDelta(index=i, text=t))
+            self._model.on_text_delta = lambda i, t: _send_nowait(
+                delta_send, TextDelta(index=i, text=t)
+            )
             self._tg.start_soon(self._forward_deltas, delta_recv)
         self._tg.start_soon(self._drive)
         return self
@@ -459,7 +431,7 @@ class Run:
     async def _drive(self) -> None:
         try:
             if self._resume is not None:
-                state, fx = self._resume  # continue a recorded run (effects/trace.py)
+                state, fx = self._resume  # continue a recorded run (effects/trace/resume.py)
             else:
                 state, fx = start(self.request, self.config, self._session)
                 if self._observer is not None:
@@ -660,7 +632,7 @@ class Run:
                 out = done.value
             else:
                 scope.deadline = anyio.current_time() + self._tool_timeout_s
-                out = await _Rest(call, first)
+                out = await Rest(call, first)
         finally:
             key = ("tool", (effect.generation, effect.tool_use_id))
             if out is None and scope.cancel_called and self._scopes.get(key) is scope:
@@ -748,223 +720,7 @@ class Run:
         )
 
 
-T = TypeVar("T")
 E = TypeVar("E")
-
-
-class _Rest(Generic[T]):
-    """Await the rest of a coroutine whose first step already ran and yielded ``first``: what
-    ``await`` does, from the second step on. Each value the coroutine yields goes to the event
-    loop, and what the loop sends or throws back goes to the coroutine."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro, value = self._coro, self._first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    result: T = done.value
-                    return result
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    result = done.value
-                    return result
-
-
-class _Sender(Generic[T]):
-    """An item offered to the consumer: by a task waiting in ``send`` (woken once it is
-    taken), or held for the machine's work (``on_taken`` carries it on)."""
-
-    __slots__ = ("item", "on_taken", "taken", "woken")
-
-    def __init__(
-        self, item: T, woken: _Signal | None, on_taken: Callable[[], None] | None = None
-    ) -> None:
-        self.item = item
-        self.taken = False
-        self.woken = woken
-        self.on_taken = on_taken
-
-
-class _Receiver(Generic[T]):
-    __slots__ = ("filled", "item", "woken")
-
-    def __init__(self, woken: _Signal) -> None:
-        self.filled = False
-        self.item: T | None = None
-        self.woken = woken
-
-
-class _Handoff(Generic[T]):
-    """A zero-buffer channel: an item is handed over only to a receiver that takes it.
-
-    The semantics of an anyio memory object stream of buffer size 0, with fewer trips
-    through the event loop: an item offered to a receiver already waiting costs the sender
-    no checkpoint, and the receiver is woken with the item in hand. An item nobody waits for
-    is either sent (``send`` waits until it is taken) or held (``hold``: the caller stops its
-    work, and the receiver that takes the item calls ``on_taken`` to carry it on before it
-    returns). A receive that finds an item ready is a cancellation point but takes the item
-    without a trip through the event loop. A receiver cancelled after it was handed an item
-    does not lose it: the next receive returns it. Closing the sending side ends the stream (``EndOfStream``) and withdraws
-    items still offered; closing the receiving side breaks it (``BrokenResourceError``).
-    """
-
-    __slots__ = ("_broken", "_ended", "_receivers", "_returned", "_senders", "new_signal")
-
-    def __init__(self) -> None:
-        self.new_signal: Callable[[], _Signal] = anyio.Event
-        self._receivers: deque[_Receiver[T]] = deque()
-        self._senders: deque[_Sender[T]] = deque()
-        self._returned: deque[T] = deque()
-        self._ended = False
-        self._broken = False
-
-    def offer(self, item: T) -> bool:
-        """Hand ``item`` to a receiver already waiting, if there is one; never waits."""
-        receivers = self._receivers
-        if not receivers or self._returned or self._senders or self._ended or self._broken:
-            return False
-        r = receivers.popleft()
-        r.item = item
-        r.filled = True
-        r.woken.set()
-        return True
-
-    def hold(self, item: T, on_taken: Callable[[], None]) -> None:
-        """Keep ``item`` for the next receive, which calls ``on_taken`` once it has it."""
-        self._senders.append(_Sender(item, None, on_taken))
-
-    async def send(self, item: T) -> None:
-        if self._ended:
-            raise anyio.ClosedResourceError
-        if self._broken:
-            raise anyio.BrokenResourceError
-        if self.offer(item):
-            return
-        s = _Sender(item, self.new_signal())
-        self._senders.append(s)
-        try:
-            await s.woken.wait()  # type: ignore[union-attr]
-        finally:
-            if not s.taken:
-                with contextlib.suppress(ValueError):
-                    self._senders.remove(s)
-        if not s.taken:
-            raise anyio.BrokenResourceError if self._broken else anyio.ClosedResourceError
-
-    async def receive(self) -> T:
-        while True:
-            if self._returned or self._senders:
-                # An item is ready: a cancellation point, not a trip through the loop (the
-                # task taking a held item carries on the work that makes the next one).
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                if self._returned:
-                    return self._returned.popleft()
-                s = self._senders.popleft()
-                s.taken = True
-                if s.woken is not None:
-                    s.woken.set()
-                if s.on_taken is not None:
-                    s.on_taken()
-                return s.item
-            if self._ended:
-                raise anyio.EndOfStream
-            if self._broken:
-                raise anyio.ClosedResourceError
-            r: _Receiver[T] = _Receiver(self.new_signal())
-            self._receivers.append(r)
-            try:
-                await r.woken.wait()
-            except BaseException:
-                if r.filled:
-                    self._returned.append(r.item)  # type: ignore[arg-type]
-                else:
-                    with contextlib.suppress(ValueError):
-                        self._receivers.remove(r)
-                raise
-            if r.filled:
-                return r.item  # type: ignore[return-value]
-            # woken by a close: loop to report it
-
-    def close_sending(self) -> None:
-        self._ended = True
-        self._wake_all()
-
-    def close_receiving(self) -> None:
-        self._broken = True
-        self._wake_all()
-
-    def _wake_all(self) -> None:
-        while self._receivers:
-            self._receivers.popleft().woken.set()
-        while self._senders:
-            woken = self._senders.popleft().woken
-            if woken is not None:
-                woken.set()
-
-
-class _Signal(Protocol):
-    """A one-shot wake-up: ``set`` once, ``wait`` by one task (an anyio Event is one)."""
-
-    def set(self) -> None: ...
-
-    def wait(self) -> Awaitable[Any]: ...
-
-
-class _FutureSignal:
-    """A :class:`_Signal` on asyncio: a bare future. anyio's Event wraps an asyncio.Event,
-    which keeps a list of waiters and takes a global lock the first time it is waited on;
-    a wake-up here costs a future. Cancellation reaches the waiting task as it does through
-    an Event (anyio cancels the task, which cancels the future it awaits)."""
-
-    __slots__ = ("_future",)
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self._future = future
-
-    def set(self) -> None:
-        if not self._future.done():
-            self._future.set_result(None)
-
-    def wait(self) -> asyncio.Future[None]:
-        return self._future
-
-
-def _primitives() -> tuple[Callable[[], _Signal], Callable[..., anyio.CancelScope]]:
-    """The running backend's one-shot wake-up and CancelScope class, to construct directly.
-
-    ``anyio.Event()`` and ``anyio.CancelScope()`` look the backend up (sniffio) on every call,
-    about half of what they cost; a run makes several per turn. anyio's backend classes are
-    constructible directly; should one stop being so, the public constructors are used. On
-    asyncio a wake-up is a :class:`_FutureSignal`."""
-    event: Any = type(anyio.Event())
-    scope: Any = type(anyio.CancelScope())
-    try:
-        direct = isinstance(event(), anyio.Event) and isinstance(
-            scope(deadline=math.inf, shield=False), anyio.CancelScope
-        )
-    except Exception:
-        direct = False
-    if not direct:
-        return anyio.Event, anyio.CancelScope
-    if event.__module__ == "anyio._backends._asyncio":
-        loop = asyncio.get_running_loop()
-        return (lambda: _FutureSignal(loop.create_future())), scope
-    return event, scope
 
 
 def _policy_answer(
@@ -1084,7 +840,7 @@ def run(
         transcript_path: where to keep a Claude Code JSONL transcript (stop hooks read it).
         observer: called with (event, state, effects) after every step (trace recording).
         resume: instead of ``start()``, continue from this state by executing these effects
-            (the outstanding effects of a recorded run; see effects/trace.py).
+            (the outstanding effects of a recorded run; see effects/trace/resume.py).
         text_deltas: also yield :class:`TextDelta` items as text streams in (the model client
             must have an ``on_text_delta`` attribute, as AnthropicModelClient does).
 

@@ -1,7 +1,7 @@
 """The machine as a picture: a Mermaid state diagram of phases and the 17 transitions.
 
 The edges are not drawn by hand: they are every (phase, event type) → (phase, transition) that
-the explorer (reducer/explore.py) observes from the start of a user turn under a fixed set of
+the explorer (reducer/explore/) observes from the start of a user turn under a fixed set of
 configs, so the diagram shows what the transition table really does. ``steploop graph`` prints
 it; tests/reducer/test_graph.py snapshot-tests it against specs/machine.mmd, so a diagram that
 drifts from the code fails CI.

@@ -2,7 +2,7 @@
 
 Events are stepped by whoever brings them when nothing else is being stepped (a runner, the
 consumer), effects that need no waiting are executed there and then, runner tasks are reused,
-and items reach the consumer through a zero-buffer hand-over (``effects.run._Handoff``)."""
+and items reach the consumer through a zero-buffer hand-over (``effects.concurrency.Handoff``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import anyio.lowlevel
 import pytest
 
 from effects import PermissionPolicy, PermissionRequest, run
-from effects.run import Run, _Handoff
+from effects.concurrency import Handoff
+from effects.run import Run
 from effects.scripted import ScriptedModel, reply, tool_call
 from effects.tools import ToolContext, ToolOutput, ToolRegistry
 from reducer.effects import CallModel
@@ -116,8 +117,13 @@ async def _ticks_during(turns: int, workspace: Path) -> tuple[int, Run]:
         tg.start_soon(ticker)
         await anyio.lowlevel.checkpoint()
         start = ticks
-        async with run("go", model=Counter(turns + 1), tools=[Noop()], workspace=workspace,
-                       permissions=PermissionPolicy(default="allow")) as r:
+        async with run(
+            "go",
+            model=Counter(turns + 1),
+            tools=[Noop()],
+            workspace=workspace,
+            permissions=PermissionPolicy(default="allow"),
+        ) as r:
             async for _item in r:
                 pass
         done = True
@@ -163,22 +169,34 @@ async def test_a_policy_permission_is_answered_at_once(tmp_path: Path, anyio_bac
     follows the end of the response that arrived meanwhile.)"""
     seen: list[str] = []
     items: list[Any] = []
-    async with run("go", model=Counter(3), tools=[Noop()], workspace=tmp_path,
-                   permissions=PermissionPolicy(default="allow"),
-                   observer=lambda e, s, fx: seen.append(type(e).__name__) if e else None) as r:
+    async with run(
+        "go",
+        model=Counter(3),
+        tools=[Noop()],
+        workspace=tmp_path,
+        permissions=PermissionPolicy(default="allow"),
+        observer=lambda e, s, fx: seen.append(type(e).__name__) if e else None,
+    ) as r:
         async for item in r:
             items.append(item)
     assert r.result is not None and r.result.terminal.TAG == "completed"
     assert not any(isinstance(i, PermissionRequest) for i in items)
     assert seen.count("PermissionAnswered") == 2
     if anyio_backend == "asyncio":
-        one_turn = ["ModelBlockReceived", "PermissionAnswered", "ModelResponseEnded", "ToolFinished"]
+        one_turn = [
+            "ModelBlockReceived",
+            "PermissionAnswered",
+            "ModelResponseEnded",
+            "ToolFinished",
+        ]
         assert seen[:8] == one_turn * 2
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("failing", ["ModelBlockReceived", "ToolFinished", "PermissionAnswered"])
-async def test_a_failure_stepping_an_event_ends_the_run_with_it(tmp_path: Path, failing: str) -> None:
+async def test_a_failure_stepping_an_event_ends_the_run_with_it(
+    tmp_path: Path, failing: str
+) -> None:
     """step() or the observer failing on an event stepped in a runner (or in the consumer's
     permission answer) fails the run with that error: it is not mistaken for the handler's
     own failure (a broken model stream, a failing tool)."""
@@ -187,9 +205,12 @@ async def test_a_failure_stepping_an_event_ends_the_run_with_it(tmp_path: Path, 
         if type(e).__name__ == failing:
             raise RuntimeError(f"observer broke on {failing}")
 
-    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match=f"observer broke on {failing}"), flatten_subgroups=True):
-        async with run("go", model=Counter(3), tools=[Noop()], workspace=tmp_path,
-                       observer=observer) as r:
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(RuntimeError, match=f"observer broke on {failing}"), flatten_subgroups=True
+    ):
+        async with run(
+            "go", model=Counter(3), tools=[Noop()], workspace=tmp_path, observer=observer
+        ) as r:
             async for item in r:
                 if isinstance(item, PermissionRequest):
                     item.allow()  # stepped right here, in the consumer's task
@@ -203,13 +224,26 @@ async def test_a_tool_past_its_deadline_reports_a_timeout(tmp_path: Path) -> Non
     tools = ToolRegistry([Hang()])
     model = ScriptedModel([tool_call("hang", {}), reply("done")], traits_for=tools.traits)
     with anyio.fail_after(5):
-        async with run("go", model=model, tools=tools, workspace=tmp_path, tool_timeout_s=0.05,
-                       permissions=PermissionPolicy(default="allow")) as r:
+        async with run(
+            "go",
+            model=model,
+            tools=tools,
+            workspace=tmp_path,
+            tool_timeout_s=0.05,
+            permissions=PermissionPolicy(default="allow"),
+        ) as r:
             _ = [i async for i in r]
     assert r.result is not None and r.result.terminal.TAG == "completed"
-    results = [b for m in r.result.state.conversation.messages() if isinstance(m, UserMessage)
-               for b in m.content if isinstance(b, ToolResultBlock)]
-    assert [(b.content, b.is_error) for b in results] == [("Tool hang timed out after 0.05 s", True)]
+    results = [
+        b
+        for m in r.result.state.conversation.messages()
+        if isinstance(m, UserMessage)
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    assert [(b.content, b.is_error) for b in results] == [
+        ("Tool hang timed out after 0.05 s", True)
+    ]
 
 
 @pytest.mark.anyio
@@ -220,9 +254,15 @@ async def test_an_interrupted_tool_is_not_reported_as_timed_out(tmp_path: Path) 
     model = ScriptedModel([tool_call("hang", {}), reply("done")], traits_for=tools.traits)
     finished: list[ToolFinished] = []
     with anyio.fail_after(5):
-        async with run("go", model=model, tools=tools, workspace=tmp_path, tool_timeout_s=30,
-                       permissions=PermissionPolicy(default="allow"),
-                       observer=lambda e, s, fx: finished.append(e) if isinstance(e, ToolFinished) else None) as r:
+        async with run(
+            "go",
+            model=model,
+            tools=tools,
+            workspace=tmp_path,
+            tool_timeout_s=30,
+            permissions=PermissionPolicy(default="allow"),
+            observer=lambda e, s, fx: finished.append(e) if isinstance(e, ToolFinished) else None,
+        ) as r:
             async for item in r:
                 if isinstance(item, AssistantMessage) and isinstance(item.content[0], ToolUseBlock):
                     await anyio.sleep(0.05)
@@ -239,7 +279,7 @@ async def test_an_interrupted_tool_is_not_reported_as_timed_out(tmp_path: Path) 
 @pytest.mark.anyio
 async def test_handoff_send_waits_for_a_receiver() -> None:
     """Zero buffer: a send returns only once a receiver took the item, in order."""
-    h: _Handoff[int] = _Handoff()
+    h: Handoff[int] = Handoff()
     sent: list[int] = []
 
     async def sender() -> None:
@@ -263,7 +303,7 @@ async def test_handoff_send_waits_for_a_receiver() -> None:
 
 @pytest.mark.anyio
 async def test_handoff_offer_only_to_a_waiting_receiver() -> None:
-    h: _Handoff[str] = _Handoff()
+    h: Handoff[str] = Handoff()
     assert not h.offer("nobody waits")
     got: list[str] = []
 
@@ -282,7 +322,7 @@ async def test_handoff_offer_only_to_a_waiting_receiver() -> None:
 async def test_handoff_item_of_a_cancelled_receiver_is_not_lost() -> None:
     """A receiver cancelled after it was handed an item gives it back: the next receive
     returns it, before anything sent later."""
-    h: _Handoff[str] = _Handoff()
+    h: Handoff[str] = Handoff()
     outcome: list[str] = []
 
     async def receiver(scope: anyio.CancelScope) -> None:
@@ -309,7 +349,7 @@ async def test_handoff_item_of_a_cancelled_receiver_is_not_lost() -> None:
 async def test_handoff_close() -> None:
     """Closing the receiving side breaks a waiting sender; closing the sending side ends the
     stream for a waiting receiver and refuses later sends."""
-    h: _Handoff[int] = _Handoff()
+    h: Handoff[int] = Handoff()
     with anyio.fail_after(2):
         async with anyio.create_task_group() as tg:
 
@@ -320,7 +360,7 @@ async def test_handoff_close() -> None:
             tg.start_soon(send)
             await anyio.sleep(0.01)
             h.close_receiving()
-    h2: _Handoff[int] = _Handoff()
+    h2: Handoff[int] = Handoff()
     with anyio.fail_after(2):
         async with anyio.create_task_group() as tg:
 
@@ -347,8 +387,13 @@ async def test_permission_answered_by_the_consumer_is_stepped_at_once(tmp_path: 
             return ToolOutput(content="ok")
 
     seen: list[str] = []
-    async with run("go", model=Counter(2), tools=[Flag()], workspace=tmp_path,
-                   observer=lambda e, s, fx: seen.extend(type(f).__name__ for f in fx)) as r:
+    async with run(
+        "go",
+        model=Counter(2),
+        tools=[Flag()],
+        workspace=tmp_path,
+        observer=lambda e, s, fx: seen.extend(type(f).__name__ for f in fx),
+    ) as r:
         async for item in r:
             if isinstance(item, PermissionRequest):
                 item.allow()
@@ -377,8 +422,13 @@ async def test_handlers_do_not_see_what_an_earlier_handler_set(tmp_path: Path) -
 
     token = CONTEXT_VAR.set("the consumer's")
     try:
-        async with run("go", model=Counter(4, tool="leaky"), tools=[Leaky()], workspace=tmp_path,
-                       permissions=PermissionPolicy(default="allow")) as r:
+        async with run(
+            "go",
+            model=Counter(4, tool="leaky"),
+            tools=[Leaky()],
+            workspace=tmp_path,
+            permissions=PermissionPolicy(default="allow"),
+        ) as r:
             async for _item in r:
                 CONTEXT_VAR.set("changed after the run started")
     finally:

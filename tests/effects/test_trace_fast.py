@@ -1,4 +1,4 @@
-"""Reading traces fast changes nothing a reader sees (effects/trace.py, reducer/serialize.py).
+"""Reading traces fast changes nothing a reader sees (effects/trace/read.py, reducer/serialize.py).
 
 The fast paths (orjson when installed, the serializer's compiled structurers, the per-tag
 decoders) return what the general code returns, or step aside so the general code words the
@@ -18,19 +18,21 @@ import attrs
 import pytest
 
 import effects.trace as trace
+import effects.trace.read as trace_read
+import reducer.digest as digest_module
 import reducer.serialize as serialize
 from benchmarks.replay_throughput import build_synthetic
 from effects.trace import (
     StepRecord,
     TraceError,
     TraceReader,
-    _StateDigester,
-    _Walk,
     record_sequence,
     replay_exact,
 )
+from effects.trace.replay import _Walk
 from reducer import Request, default, start
 from reducer.canonical import canonical_bytes, state_digest
+from reducer.digest import StateDigester as _StateDigester
 from reducer.events import Event, ModelBlockReceived, ModelResponseEnded, ToolTraits
 from reducer.messages import ToolUseBlock, Usage
 
@@ -54,11 +56,11 @@ class _NoFastPath(dict[Any, Any]):
 
 
 def _general_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace, "_orjson", None)
-    monkeypatch.setattr(trace, "_FAST_EVENTS", {})
-    monkeypatch.setattr(trace, "_FAST_EFFECTS", {})
-    monkeypatch.setattr(trace, "_fast_effect", lambda data, b: None)
-    monkeypatch.setattr(trace, "_FAST_MESSAGE", None)
+    monkeypatch.setattr(trace_read, "_orjson", None)
+    monkeypatch.setattr(trace_read, "_FAST_EVENTS", {})
+    monkeypatch.setattr(trace_read, "_FAST_EFFECTS", {})
+    monkeypatch.setattr(trace_read, "_fast_effect", lambda data, b: None)
+    monkeypatch.setattr(trace_read, "_FAST_MESSAGE", None)
     monkeypatch.setattr(serialize, "_FAST", _NoFastPath())
 
 
@@ -95,7 +97,7 @@ def test_scenarios_decode_to_the_same_records_on_both_paths(
         assert repr(a) == repr(b), p.name
 
 
-@pytest.mark.skipif(trace._orjson is None, reason="orjson is not installed")
+@pytest.mark.skipif(trace_read._orjson is None, reason="orjson is not installed")
 def test_fast_loads_is_json_loads_on_every_line_it_accepts() -> None:
     """Mutated lines of the scenarios: wherever orjson gives a value, it is json's value."""
     lines = [
@@ -112,7 +114,7 @@ def test_fast_loads_is_json_loads_on_every_line_it_accepts() -> None:
             line[rng.randrange(len(line))] = rng.choice(alphabet)
         raw = bytes(line)
         try:
-            got = trace._fast_loads(raw)
+            got = trace_read._fast_loads(raw)
         except Exception:
             continue
         taken += 1
@@ -180,7 +182,7 @@ def test_recorded_field_digests_are_the_definition_at_every_step(tmp_path: Path)
                 continue
             if isinstance(rec, StepRecord):
                 assert walk.state is not None
-                now = trace._field_digests(walk.state)
+                now = digest_module.field_digests(walk.state)
                 expected = {n: d for n, d in now.items() if last.get(n) != d}
                 assert rec.fields == expected, (path, rec.i)
                 last = now
@@ -230,7 +232,7 @@ def test_a_wrong_composition_is_never_trusted(
     """If the composed digest ever disagreed with state_digest, replay would use state_digest."""
     path = tmp_path / "t.jsonl"
     build_synthetic(path, 50)
-    monkeypatch.setattr(trace._StateDigester, "__call__", lambda self, state: "0" * 32)
+    monkeypatch.setattr(_StateDigester, "__call__", lambda self, state: "0" * 32)
     report = replay_exact(path)
     assert report.ok and report.steps == 51
 
@@ -241,7 +243,7 @@ def test_a_class_encoded_whole_is_not_composed(
 ) -> None:
     """Were a state class to get a TAG or its own canonical form, the digester would encode it
     whole (canonical_bytes) instead of composing it, and still give state_digest."""
-    monkeypatch.setattr(trace, "_composed", lambda cls: cls.__name__ != whole)
+    monkeypatch.setattr(digest_module, "_composed", lambda cls: cls.__name__ != whole)
     path = tmp_path / "t.jsonl"
     build_synthetic(path, 60)
     walk = _Walk(TraceReader(path))
@@ -282,4 +284,4 @@ def test_digests_and_field_digests_are_lowercase_hex(
 
 @pytest.mark.parametrize("value", [0, -1, 2**70, True, False, None, 'é\u2028"x', 1.5, (), ("a", 1)])
 def test_a_field_value_is_written_as_canonical_bytes_writes_it(value: Any) -> None:
-    assert trace._value_text(value) == canonical_bytes(value)
+    assert digest_module._value_text(value) == canonical_bytes(value)

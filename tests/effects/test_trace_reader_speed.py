@@ -1,4 +1,4 @@
-"""The reader's fast lane changes nothing a reader sees (effects/trace.py, TraceReader).
+"""The reader's fast lane changes nothing a reader sees (effects/trace/read.py, TraceReader).
 
 Step and message records go from the line loop straight to ``_step`` and ``_message``, with
 orjson, the compiled structurers and cheap checks first; every other line, and any line a fast
@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effects.trace as trace
+import effects.trace.read as trace_read
 from benchmarks.replay_throughput import build_synthetic
 from effects.trace import TraceReader
 from tests.effects.test_trace_fast import _general_only as _no_fast_paths
@@ -33,8 +34,8 @@ _NEVER = frozenset({"<no record has this key>"})
 def _general_only(m: pytest.MonkeyPatch) -> None:
     """Every line through _record, no orjson, no compiled structurer."""
     _no_fast_paths(m)  # test_trace_fast's: no orjson, no fast tables or structurers
-    m.setattr(trace, "_STEP_REQUIRED", _NEVER)  # no step record takes the lane
-    m.setattr(trace, "_MESSAGE_KEYS", _NEVER)  # no message record takes the lane
+    m.setattr(trace_read, "_STEP_REQUIRED", _NEVER)  # no step record takes the lane
+    m.setattr(trace_read, "_MESSAGE_KEYS", _NEVER)  # no message record takes the lane
 
 
 def _outcome(path: Path, tolerate: bool = True) -> tuple[Any, ...]:
@@ -269,12 +270,14 @@ def test_blocks_split_a_file_as_iterating_it_does(content: bytes, block: int) ->
     want = list(io.BytesIO(content))
     got: list[bytes] = []
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(trace, "_BLOCK", block)
-        for lines, clean, nl in trace._blocks(io.BytesIO(content), check=True):
+        m.setattr(trace_read, "_BLOCK", block)
+        for lines, clean, nl in trace_read._blocks(io.BytesIO(content), check=True):
             got += [line + b"\n" * nl for line in lines]
             assert nl == 1 or lines == [want[-1]]
             if clean:  # then no line holds a 19-digit run (orjson could read it as a float)
-                assert not any(trace._LONG_NUMBER in x.translate(trace._DIGITS) for x in lines)
+                assert not any(
+                    trace_read._LONG_NUMBER in x.translate(trace_read._DIGITS) for x in lines
+                )
     assert got == want
 
 
@@ -294,7 +297,7 @@ def test_the_block_size_changes_nothing_a_reader_sees(
             path.write_bytes(data[:cut] + (b"\x00" * 3 if cut % 3 == 0 else b""))
             want = [_outcome(path, tolerate) for tolerate in (True, False)]
             with monkeypatch.context() as m:
-                m.setattr(trace, "_BLOCK", block)
+                m.setattr(trace_read, "_BLOCK", block)
                 assert [_outcome(path, tolerate) for tolerate in (True, False)] == want, cut
 
 

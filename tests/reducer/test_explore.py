@@ -53,7 +53,7 @@ def escalation_gate_on() -> LoopConfig:
 
 def explore_with_keys(cfg: LoopConfig) -> tuple[Report, set[Any], float]:
     """A CI-bound run that also collects every abstraction key it created."""
-    import reducer.explore as explore_module
+    import reducer.explore.state_graph as explore_module
 
     keys: set[Any] = set()
     real = explore_module._Graph.add
@@ -257,9 +257,9 @@ def test_a_guard_never_exercised_fails_the_run() -> None:
 @pytest.mark.spec("ABS-3")
 def test_a_step_that_raises_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """specs/ M-5: step() may raise only IllegalEvent, and never on a generated move."""
-    import reducer.explore as explore_module
+    import reducer.explore.search as explore_module
 
-    real = step  # the machine's step(), which reducer.explore imports and calls
+    real = step  # the machine's step(), which reducer.explore.search imports and calls
     assert vars(explore_module)["step"] is real
 
     def flaky(state: Any, event: Any, config: Any) -> Any:
@@ -516,11 +516,17 @@ def test_cli_check_reports_the_reference_flaws_and_writes_counterexamples(tmp_pa
 
     for inv in ("INV-3", "INV-13"):
         report = replay_exact(tmp_path / f"steploop-check-{inv}.jsonl")
-        assert report.ok and report.steps == len(json.loads((tmp_path / f"steploop-check-{inv}.json").read_text())["events"]) + 1
+        assert (
+            report.ok
+            and report.steps
+            == len(json.loads((tmp_path / f"steploop-check-{inv}.json").read_text())["events"]) + 1
+        )
     from effects.cli import main
 
     replay_out = io.StringIO()
-    assert main(["replay", str(tmp_path / "steploop-check-INV-3.jsonl")], out=replay_out) == 0, replay_out.getvalue()
+    assert main(["replay", str(tmp_path / "steploop-check-INV-3.jsonl")], out=replay_out) == 0, (
+        replay_out.getvalue()
+    )
 
 
 @pytest.mark.spec("ABS-3")

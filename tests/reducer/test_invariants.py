@@ -52,11 +52,11 @@ from reducer.explore import (
     ToolResultPairing,
     TruncatedInputsNeverRun,
     WithheldErrors,
-    _Analysis,
-    _Graph,
     catalogue,
     explore,
 )
+from reducer.explore.cycles import _Analysis
+from reducer.explore.state_graph import _Graph
 from reducer.machine import MOT_NUDGE, step
 from reducer.messages import (
     AssistantMessage,
@@ -523,9 +523,9 @@ def test_a_machine_that_accepts_events_after_finish_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The explorer probes every terminal state with an interrupt."""
-    import reducer.explore as explore_module
+    import reducer.explore.search as explore_module
 
-    real = step  # the machine's step(), which reducer.explore imports and calls
+    real = step  # the machine's step(), which reducer.explore.search imports and calls
     assert vars(explore_module)["step"] is real
 
     def lax(state: Any, event: Any, config: Any) -> Any:

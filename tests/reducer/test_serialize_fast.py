@@ -19,7 +19,8 @@ import attrs
 import pytest
 
 from benchmarks.replay_throughput import build_synthetic
-from effects.trace import StepRecord, TraceHeader, TraceReader, _Walk
+from effects.trace import StepRecord, TraceHeader, TraceReader
+from effects.trace.replay import _Walk
 from reducer import LoopConfig, Session, default
 from reducer.events import Event, ModelCallFailed
 from reducer.messages import AttachmentMessage, Message, TextBlock, Usage

@@ -1,0 +1,71 @@
+"""Provenance: where and how a trace was made, and the secrets that must never reach it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REDACTED = "[REDACTED]"
+_MIN_SECRET_LEN = 8
+_SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+_SECRET_KEY = re.compile(r"key|token|secret|password|auth|credential|cookie", re.I)
+
+
+def _steploop_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("steploop")
+    except Exception:
+        return "0+unknown"
+
+
+def make_provenance(
+    *,
+    model: object | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    **extra: str | int | bool | None,
+) -> dict[str, Any]:
+    """Where and how a trace was made. Never holds a secret.
+
+    Args:
+        model: the model client; only its class name is kept (never its key or headers).
+        workspace: the workspace directory (resume uses it as the default workspace).
+        **extra: more plain values; a key that looks like a secret (key, token, auth, ...)
+            is refused.
+
+    Raises:
+        ValueError: an extra key looks like a secret, or a value is not a plain scalar.
+    """
+    prov: dict[str, Any] = {
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "steploop": _steploop_version(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "client": type(model).__name__ if model is not None else None,
+    }
+    if workspace is not None:
+        prov["workspace"] = str(Path(workspace).resolve())
+    _check_provenance(extra)
+    for key, value in extra.items():
+        if value is not None and not isinstance(value, (str, int, bool)):
+            raise ValueError(f"provenance value for {key!r} must be a plain scalar")
+        prov[key] = value
+    return prov
+
+
+def _check_provenance(prov: Mapping[str, Any]) -> None:
+    for key in prov:
+        if _SECRET_KEY.search(str(key)):
+            raise ValueError(f"provenance key {key!r} looks like a secret; traces never hold one")
+
+
+def _secrets(extra: Iterable[str] | None) -> tuple[str, ...]:
+    found = [os.environ.get(name, "") for name in _SECRET_ENV]
+    found.extend(extra or ())
+    return tuple(sorted({s for s in found if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True))

@@ -1,0 +1,190 @@
+"""Observations: what one transition ``(state, event, effects, next_state)`` shows the invariants."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Final
+
+import attrs
+
+from reducer.config import LoopConfig
+from reducer.conversation import Conversation
+from reducer.effects import CallModel, Compact, Effect, Emit, Finish, RunStopHooks
+from reducer.errors import IllegalEvent
+from reducer.events import Event, ModelBlockReceived, ModelCallFailed, ModelResponseEnded
+from reducer.explore.world import MOT_REASONS
+from reducer.machine import step
+from reducer.messages import AssistantMessage, Message
+from reducer.state import LoopState
+from reducer.transitions import (
+    BlockingLimit,
+    CollapseDrainRetry,
+    Continue,
+    MaxOutputTokensEscalate,
+    MaxOutputTokensRecovery,
+    NextTurn,
+    ReactiveCompactRetry,
+    StopHookBlocking,
+    Terminal,
+    TokenBudgetContinuation,
+)
+
+# =============================================================================================
+# Observations: what a transition shows
+# =============================================================================================
+
+
+def _appended(old: Conversation, new: Conversation) -> tuple[Message, ...] | None:
+    """The messages ``new`` adds to ``old``; None when ``new`` does not extend ``old``."""
+    if new.length < old.length:
+        return None
+    out: list[Message] = []
+    node: Conversation | None = new
+    while node is not None and node.length > old.length:
+        assert node.last is not None
+        out.append(node.last)
+        node = node.prev
+    if node is None or node != old:
+        return None
+    out.reverse()
+    return tuple(out)
+
+
+def _is_api_error(m: object) -> bool:
+    return isinstance(m, AssistantMessage) and m.api_error is not None
+
+
+class Observation:
+    """One transition ``(state, event, effects, next)`` and what can be read from it.
+
+    ``state`` and ``event`` are None for the transition :func:`reducer.start` makes. The
+    common readings are computed once here and shared by every invariant:
+
+    * ``emitted``, ``api_errors`` (API-error assistant messages emitted), ``calls``
+      (CallModel effects), ``compacts``, ``hooks`` (RunStopHooks), ``terminal`` (the
+      Terminal of a Finish, if any);
+    * ``continued``: the Continue transition the step took (see :meth:`_continued`);
+    * ``round_began``: a round started in this step (the first one, or after a Continue);
+    * ``current_call_event``, ``failure_kind``, ``mot_ladder``: what the model answered;
+    * ``progress``: a progress step of INV-13;
+    * ``appended`` and ``round_start_count`` on demand.
+    """
+
+    def __init__(
+        self,
+        config: LoopConfig,
+        state: LoopState | None,
+        event: Event | None,
+        effects: tuple[Effect, ...],
+        next_state: LoopState,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.event = event
+        self.effects = effects
+        self.next = next_state
+        emitted: list[object] = []
+        calls: list[CallModel] = []
+        compacts: list[Compact] = []
+        hooks: list[RunStopHooks] = []
+        terminal: Terminal | None = None
+        for eff in effects:
+            if isinstance(eff, Emit):
+                emitted.append(eff.item)
+            elif isinstance(eff, CallModel):
+                calls.append(eff)
+            elif isinstance(eff, Compact):
+                compacts.append(eff)
+            elif isinstance(eff, RunStopHooks):
+                hooks.append(eff)
+            elif isinstance(eff, Finish):
+                terminal = eff.terminal
+        self.emitted = tuple(emitted)
+        self.api_errors = tuple(
+            m for m in emitted if isinstance(m, AssistantMessage) and m.api_error is not None
+        )
+        self.calls = tuple(calls)
+        self.compacts = tuple(compacts)
+        self.hooks = tuple(hooks)
+        self.terminal = terminal
+        self.continued = self._continued()
+        self.round_began = state is None or self.continued is not None
+        e = event
+        self.current_call_event = (
+            state is not None
+            and state.phase == "streaming"
+            and isinstance(e, (ModelResponseEnded, ModelCallFailed, ModelBlockReceived))
+            and e.call_id == state.round.call_id
+        )
+        self.failure_kind = (
+            e.kind if self.current_call_event and isinstance(e, ModelCallFailed) else None
+        )
+        self.mot_ladder = (
+            self.current_call_event
+            and isinstance(e, ModelResponseEnded)
+            and e.stop_reason in MOT_REASONS
+            and state is not None
+            and not state.round.slots
+        )
+        c = self.continued
+        self.progress = isinstance(c, NextTurn) or (
+            isinstance(c, TokenBudgetContinuation) and next_state.budget.last_delta_tokens > 0
+        )
+
+    def _continued(self) -> Continue | None:
+        """The Continue transition this step took, if any.
+
+        Read from ``next.transition`` (a new object each time a round ends). When the next
+        round ended at once in ``blocking_limit``, the Continue before it was overwritten; it
+        is recovered by taking the same step with the blocking check off (query source
+        ``session_memory`` skips it, and nothing before the check reads the source).
+        """
+        s = self.state
+        if s is None:
+            return None
+        t = self.next.transition
+        if t is s.transition:
+            return None
+        if isinstance(t, _CONTINUES):
+            return t
+        if isinstance(t, BlockingLimit) and s.phase != "compacting" and self.event is not None:
+            cfg = self.config
+            keep_subagent = "subagent" if cfg.is_subagent and cfg.agent_id is None else None
+            alt = attrs.evolve(
+                cfg, query_source="session_memory", agent_id=cfg.agent_id or keep_subagent
+            )
+            try:
+                nxt, _ = step(s, self.event, alt)
+            except IllegalEvent:  # pragma: no cover - the same event was legal a moment ago
+                return None
+            t2 = nxt.transition
+            if t2 is not s.transition and isinstance(t2, _CONTINUES):
+                return t2
+        return None
+
+    @cached_property
+    def appended(self) -> tuple[Message, ...] | None:
+        """Messages this step appended to the conversation (None: it was replaced)."""
+        if self.state is None:
+            return None
+        return _appended(self.state.conversation, self.next.conversation)
+
+    @cached_property
+    def round_start_count(self) -> int:
+        """The context count the round-start rules compared (auto-compact, blocking)."""
+        for c in self.compacts:
+            if c.trigger == "auto":
+                return c.pre_tokens
+        conv = self.calls[-1].conversation if self.calls else self.next.conversation
+        return max(0, conv.token_count() - self.next.tokens_freed)
+
+
+_CONTINUES: Final = (
+    NextTurn,
+    ReactiveCompactRetry,
+    MaxOutputTokensRecovery,
+    MaxOutputTokensEscalate,
+    CollapseDrainRetry,
+    StopHookBlocking,
+    TokenBudgetContinuation,
+)

@@ -1,0 +1,240 @@
+"""The world alphabet (specs/ ABS-2): the finite set of answers the explorer gives the machine,
+as :class:`Move` objects computed from a state (:func:`moves`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from functools import lru_cache
+from typing import Final
+
+import attrs
+
+from reducer.config import LoopConfig
+from reducer.effects import Effect
+from reducer.events import (
+    CompactionFailed,
+    CompactionFinished,
+    Event,
+    Interrupted,
+    ModelBlockReceived,
+    ModelCallFailed,
+    ModelResponseEnded,
+    PermissionAnswered,
+    StopHooksFinished,
+    ToolFinished,
+    ToolTraits,
+    WaitElapsed,
+)
+from reducer.explore.abstraction import Abstraction
+from reducer.machine import step
+from reducer.messages import Message, SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
+from reducer.state import LoopState
+
+MOT_REASONS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
+RECOVERABLE: Final = frozenset({"prompt_too_long", "media", "max_output_tokens"})
+SAFE_TOOL: Final = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
+UNSAFE_TOOL: Final = ToolTraits(
+    concurrency_safe=False, interrupt="block", cancels_siblings_on_error=True
+)
+
+# =============================================================================================
+# The world alphabet
+# =============================================================================================
+
+
+@attrs.frozen(kw_only=True)
+class World:
+    """The finite alphabet of world answers (specs/ ABS-2).
+
+    Every tuple can be narrowed to make a search cheaper; the defaults are the full alphabet.
+    ``output_tokens`` is the output usage of every response (the token budget counts it).
+    """
+
+    max_tools: int = 2
+    tool_kinds: tuple[str, ...] = ("safe", "unsafe")
+    usage_classes: tuple[str, ...] = ("low", "mid", "high")
+    failures: tuple[str, ...] = (
+        "prompt_too_long",
+        "media",
+        "image_client",
+        "overloaded",
+        "rate_limited",
+        "stream_broken",
+        "auth",
+        "unknown",
+    )
+    tool_outcomes: tuple[str, ...] = ("ok", "error")  # add "hook_stop" for T-HOOK-1
+    permissions: tuple[str, ...] = ("allow", "deny_by_rule", "rejected_by_user")
+    stop_hooks: tuple[str, ...] = ("pass", "block", "prevent")
+    interrupts: tuple[str, ...] = ("hard", "submit")
+    truncation: bool = True  # max_tokens replies and truncated tool inputs
+    output_tokens: int = 400
+
+
+@attrs.frozen
+class Move:
+    """One answer of the world: a label that names it independently of ids (``finish:0:ok``
+    is "the first tool slot finishes"), and the events that make it, computed from a state."""
+
+    label: str
+    events: tuple[Event, ...]
+
+
+def usage_for(cfg: LoopConfig, cls: str, output_tokens: int = 400) -> Usage:
+    """A usage whose total lands in token class ``cls`` of ``cfg``: ``low`` below every
+    threshold, ``mid`` between the auto-compact threshold and the blocking limit, ``high``
+    over the blocking limit (specs/ ABS-2)."""
+    blocking = cfg.blocking_limit
+    if cls == "low":
+        positive = [t for t in Abstraction.thresholds_of(cfg) if t > 0]
+        total = max(1, min(positive, default=blocking) // 4)
+    elif cls == "mid":
+        total = (cfg.autocompact_threshold + blocking) // 2
+    elif cls == "high":
+        total = blocking + max(1, (cfg.context_window - blocking) // 2)
+    else:
+        raise ValueError(f"unknown usage class {cls!r}; expected low, mid or high")
+    out = min(output_tokens, total)
+    return Usage(input_tokens=total - out, output_tokens=out)
+
+
+@lru_cache(maxsize=64)
+def _usages(config: LoopConfig, world: World) -> tuple[tuple[str, Usage], ...]:
+    """The world's usage classes, one per band of the thresholds that matter in ``config``
+    (classes that land in the same band behave alike and are tried once)."""
+    ths = Abstraction.thresholds_of(config)
+    out: list[tuple[str, Usage]] = []
+    seen: set[int] = set()
+    for c in world.usage_classes:
+        u = usage_for(config, c, world.output_tokens)
+        band = bisect_right(ths, u.total)
+        if band not in seen:
+            seen.add(band)
+            out.append((c, u))
+    return tuple(out)
+
+
+def _compacted(compact_id: int) -> tuple[Message, ...]:
+    return (
+        SystemMessage(
+            id=f"c{compact_id}.b", subtype="compact_boundary", text="Conversation compacted"
+        ),
+        UserMessage(
+            id=f"c{compact_id}.s",
+            content=(TextBlock(text="Summary of the work so far."),),
+            is_meta=True,
+            origin="compact_summary",
+        ),
+    )
+
+
+def moves(state: LoopState, config: LoopConfig, world: World | None = None) -> tuple[Move, ...]:
+    """Every answer of the world alphabet that is legal in ``state`` (none once it is done).
+
+    The events are computed from the state: the current call id, the tool generation, the
+    slots waiting for a permission or a result, the outstanding wait, compaction or hooks.
+    """
+    w = world or World()
+    phase = state.phase
+    if phase == "done":
+        return ()
+    r = state.round
+    out: list[Move] = []
+    usages = _usages(config, w)
+    if phase == "streaming" and not r.ended:
+        cid = r.call_id
+        model = state.model
+        k = len(r.blocks) + 1
+
+        def end(reason: str, u: Usage) -> ModelResponseEnded:
+            return ModelResponseEnded(call_id=cid, model=model, stop_reason=reason, usage=u)
+
+        def tool(kind: str) -> ModelBlockReceived:
+            name, traits = ("Read", SAFE_TOOL) if kind == "safe" else ("Edit", UNSAFE_TOOL)
+            block = ToolUseBlock(id=f"t{cid}.{k}", name=name, input={"file_path": "a.py"})
+            return ModelBlockReceived(call_id=cid, block=block, tool=traits)
+
+        if not r.blocks:
+            text = ModelBlockReceived(call_id=cid, block=TextBlock(text="Done."))
+            for c, u in usages:
+                out.append(Move(f"reply:{c}", (text, end("end_turn", u))))
+            if w.truncation:
+                cut = ToolUseBlock(id=f"t{cid}.cut", name="Edit", input={"file_path": "a"})
+                cut_ev = ModelBlockReceived(
+                    call_id=cid, block=cut, tool=UNSAFE_TOOL, input_complete=False
+                )
+                for c, u in usages:
+                    out.append(Move(f"max_tokens:{c}", (text, end("max_tokens", u))))
+                    out.append(Move(f"cut_tool:{c}", (cut_ev, end("max_tokens", u))))
+        if len(r.slots) < w.max_tools:
+            for kind in w.tool_kinds:
+                out.append(Move(f"tool:{kind}", (tool(kind),)))
+        if r.slots:
+            for c, u in usages:
+                out.append(Move(f"end_tools:{c}", (end("tool_use", u),)))
+            if w.truncation:
+                out.append(Move("end_tools:max_tokens", (end("max_tokens", usages[0][1]),)))
+        for kind in w.failures:
+            status = {"overloaded": 529, "rate_limited": 429, "prompt_too_long": 400}.get(kind)
+            out.append(
+                Move(f"fail:{kind}", (ModelCallFailed(call_id=cid, kind=kind, status=status),))
+            )
+    if phase in ("streaming", "running_tools", "draining"):
+        gen = r.generation
+        for i, sl in enumerate(r.slots):
+            if sl.status == "asking":
+                for d in w.permissions:
+                    ev: Event = PermissionAnswered(
+                        generation=gen,
+                        tool_use_id=sl.tool_use_id,
+                        decision=d,  # type: ignore[arg-type]
+                    )
+                    out.append(Move(f"permission:{i}:{d}", (ev,)))
+            elif sl.status == "running":
+                for o in w.tool_outcomes:
+                    ev = ToolFinished(
+                        generation=gen,
+                        tool_use_id=sl.tool_use_id,
+                        content="ok" if o != "error" else "failed",
+                        is_error=o == "error",
+                        hook_stopped=o == "hook_stop",
+                    )
+                    out.append(Move(f"finish:{i}:{o}", (ev,)))
+    elif phase in ("compacting", "reactive_compacting"):
+        pid = r.pending_id
+        out.append(
+            Move("compact:ok", (CompactionFinished(compact_id=pid, messages=_compacted(pid)),))
+        )
+        out.append(Move("compact:fail", (CompactionFailed(compact_id=pid, reason="failed"),)))
+    elif phase == "waiting_retry":
+        out.append(Move("wait:elapsed", (WaitElapsed(wait_id=r.pending_id),)))
+    elif phase == "stop_hooks":
+        pid = r.pending_id
+        answers = {
+            "pass": StopHooksFinished(hooks_id=pid, hook_count=1),
+            "block": StopHooksFinished(
+                hooks_id=pid, blocking_errors=("fix the test",), hook_count=1
+            ),
+            "prevent": StopHooksFinished(
+                hooks_id=pid, prevent=True, stop_reason="halt", hook_count=1
+            ),
+        }
+        for a in w.stop_hooks:
+            out.append(Move(f"hooks:{a}", (answers[a],)))
+    for kind in w.interrupts:
+        out.append(Move(f"interrupt:{kind}", (Interrupted(kind=kind),)))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def apply_move(
+    state: LoopState, move: Move, config: LoopConfig
+) -> list[tuple[LoopState, Event, tuple[Effect, ...], LoopState]]:
+    """Feed a move's events; returns each transition ``(state, event, effects, next)``."""
+    out = []
+    s = state
+    for ev in move.events:
+        nxt, fx = step(s, ev, config)
+        out.append((s, ev, fx, nxt))
+        s = nxt
+    return out
