@@ -73,7 +73,7 @@ class Gates:
 class Compat:
     """Compatibility flags: each reproduces one flaw of the reference (facts file section 11).
 
-    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-11).
+    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-12).
     """
 
     reescalate_after_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-1
@@ -87,6 +87,7 @@ class Compat:
     model_error_leaves_tools_running: bool = attrs.field(default=False, validator=_bool)  # Q-9
     summary_dropped_on_abort: bool = attrs.field(default=False, validator=_bool)  # Q-10
     stop_hook_active_cleared_by_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-11
+    nonsafe_tools_start_mid_stream: bool = attrs.field(default=False, validator=_bool)  # Q-12
 
 
 @attrs.frozen(kw_only=True)
