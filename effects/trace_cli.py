@@ -41,8 +41,9 @@ from effects.trace import (
     replay_exact,
     resume_trace,
 )
-from reducer import LoopConfig, SteploopError, profile
+from reducer import LoopConfig, SteploopError
 from reducer.canonical import to_data
+from reducer.config import profile_for
 from reducer.effects import CallModel, Compact, Effect, StartTool
 from reducer.events import Event, ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
@@ -131,6 +132,14 @@ def _steps(reader: TraceReader) -> Iterator[StepRecord]:
 # replay
 
 
+def _recorded_config(path: str) -> LoopConfig:
+    reader = TraceReader(path)
+    for _rec in reader:
+        break
+    assert reader.header is not None
+    return reader.header.config
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
     if not counterfactual:
@@ -150,7 +159,9 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         raise _cli_error("--script goes with --on-divergence scripted")
     if policy == "scripted" and not args.script:
         raise _cli_error("--on-divergence scripted needs --script FILE (a JSON list of responses)")
-    base: LoopConfig | None = profile(args.profile) if args.profile else None
+    base: LoopConfig | None = None
+    if args.profile:  # [P-RUN-1] the profile's machine, the recorded run's model and window
+        base = profile_for(args.profile, _recorded_config(args.trace))
     overrides = _overrides(args.set)
     script = _load_json(args.script) if args.script else None
     client: Any = None

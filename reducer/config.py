@@ -29,6 +29,7 @@ __all__ = [
     "default",
     "full",
     "profile",
+    "profile_for",
 ]
 
 
@@ -301,6 +302,23 @@ def profile(name: str) -> LoopConfig:
         raise ConfigError(
             f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}"
         ) from None
+
+
+#: What belongs to a run rather than to a machine: kept when a profile is applied to it.
+RUN_IDENTITY: tuple[str, ...] = (
+    "model",
+    "fallback_model",
+    "context_window",
+    "max_output_tokens",
+    "query_source",
+    "agent_id",
+)
+
+
+def profile_for(name: str, run: LoopConfig) -> LoopConfig:
+    """[P-RUN-1] The named profile's machine for a recorded run: its gates, flags and
+    constants, with the run's own model, fallback, window, output cap, query source and agent."""
+    return attrs.evolve(profile(name), **{k: getattr(run, k) for k in RUN_IDENTITY})
 
 
 def profiles_markdown() -> str:

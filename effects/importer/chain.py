@@ -104,21 +104,24 @@ def _follow(
         assert e.uuid is not None
         path.add(e.uuid)
         nxt: Entry | None = None
-        if e.parent is not None:
-            nxt = by_uuid.get(e.parent) if e.parent in in_group else None
-        elif e.logical_parent is not None:
-            nxt = by_uuid.get(e.logical_parent) if e.logical_parent in in_group else None
-            if nxt is None:
-                # IMP-4: the boundary names a record the file lacks; continue from the message
-                # written just before the boundary
+        link, what = (
+            (e.parent, "parentUuid")
+            if e.parent is not None
+            else (e.logical_parent, "the compact boundary's logicalParentUuid")
+        )
+        if link is not None:
+            nxt = by_uuid.get(link) if link in in_group else None
+            if nxt is None and link not in by_uuid:
+                # IMP-4: the link names a record the file lacks (a line that could not be read,
+                # a record Claude Code did not write, a fork's parent in another file): continue
+                # from the message written just before this record
                 before = [m for m in members[: index[e.uuid]] if m.type != "progress"]
                 if before:
                     nxt = before[-1]
                     src.problem(
                         e.line,
-                        f"the compact boundary's logicalParentUuid {e.logical_parent} names no "
-                        f"record of this file; the chain continues at line {nxt.line}, the "
-                        "message written before it",
+                        f"{what} {link} names no record of this file; the chain continues at "
+                        f"line {nxt.line}, the message written before it",
                         "note",
                     )
         e = nxt
@@ -136,7 +139,11 @@ def _follow(
         if uid not in included and m.parent in included:
             if (
                 m.type == "progress"
-                or (m.type == "assistant" and m.response_id is not None and m.response_id == parent_ctx)
+                or (
+                    m.type == "assistant"
+                    and m.response_id is not None
+                    and m.response_id == parent_ctx
+                )
                 or (m.type == "user" and m.tool_result_ids and set(m.tool_result_ids) <= tool_uses)
             ):
                 included.add(uid)
@@ -159,7 +166,7 @@ def _follow(
     )
 
 
-def _report_left_out(src: SourceFile, members: list[Entry], included: set[str | None]) -> None:
+def _report_left_out(src: SourceFile, members: list[Entry], included: set[str]) -> None:
     """One problem per branch (a record left out whose parent is kept) and per detached part."""
     left = [m for m in members if m.uuid not in included]
     if not left:
@@ -207,11 +214,12 @@ def _report_left_out(src: SourceFile, members: list[Entry], included: set[str | 
                 )
             )
         else:
+            verb = "is" if len(msgs) == 1 else "are"
             src.problems.append(
                 Problem(
                     src.name,
                     msgs[0],
-                    f"{span} ({n}) are not connected to the chain that ends at the last "
+                    f"{span} ({n}) {verb} not connected to the chain that ends at the last "
                     "message; not imported",
                     "warning",
                 )

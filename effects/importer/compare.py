@@ -16,7 +16,13 @@ import attrs
 
 from effects.importer.segment import Item
 from reducer.canonical import to_data
-from reducer.messages import AssistantMessage, AttachmentMessage, Message, SystemMessage, UserMessage
+from reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    Message,
+    SystemMessage,
+    UserMessage,
+)
 
 __all__ = ["COMPARED_KINDS", "Divergence", "comparable", "first_difference", "summarize"]
 
@@ -32,6 +38,7 @@ COMPARED_KINDS = frozenset(
         "stop_feedback",
         "stop_summary",
         "stop_prevent",
+        "hook_stop",
         "compact",
         "compact_summary",
         "machine_attachment",
@@ -86,7 +93,9 @@ def summarize(m: Message | None, limit: int = 90) -> str:
         for b in m.content:
             d = to_data(b)
             if d.get("type") == "tool_result":
-                parts.append(f"tool_result {d['tool_use_id']}{' (error)' if d['is_error'] else ''}: {short(d['content'])}")
+                parts.append(
+                    f"tool_result {d['tool_use_id']}{' (error)' if d['is_error'] else ''}: {short(d['content'])}"
+                )
             elif d.get("type") == "text":
                 parts.append(short(d["text"]))
             else:
@@ -116,9 +125,7 @@ def first_difference(
 ) -> tuple[int, Divergence | None]:
     """Compare in order; returns (messages that matched, the first divergence or None)."""
     got = [
-        (k, m)
-        for k, m in emitted
-        if compare_attachments or not isinstance(m, AttachmentMessage)
+        (k, m) for k, m in emitted if compare_attachments or not isinstance(m, AttachmentMessage)
     ]
     want = [
         it

@@ -90,15 +90,27 @@ def _text_of_result(content: Any, report: Report) -> str:
             elif isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str):
                 parts.append(b["text"])
             elif isinstance(b, dict) and b.get("type") in ("image", "document"):
-                src = b.get("source") if isinstance(b.get("source"), dict) else {}
+                src = _dict(b.get("source"))
                 parts.append(f"[{b.get('type')}: {src.get('media_type', '?')}]")
-                report(f"a tool result holds an {b.get('type')}; it is kept as the text {parts[-1]!r}")
+                report(
+                    f"a tool result holds an {b.get('type')}; it is kept as the text {parts[-1]!r}"
+                )
             else:
                 parts.append(_opaque(b))
-                report(f"a tool result holds a {_kind(b)} block steploop does not model; kept as text")
+                report(
+                    f"a tool result holds a {_kind(b)} block steploop does not model; kept as text"
+                )
         return "\n".join(parts)
     report(f"a tool result's content is a {type(content).__name__}; kept as its JSON text")
     return json.dumps(content, ensure_ascii=False)
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
 def _kind(b: Any) -> str:
@@ -106,7 +118,9 @@ def _kind(b: Any) -> str:
 
 
 def _opaque(b: Any) -> str:
-    return f"{OPAQUE_PREFIX}{_kind(b)} block] " + json.dumps(b, ensure_ascii=False, separators=(",", ":"))
+    return f"{OPAQUE_PREFIX}{_kind(b)} block] " + json.dumps(
+        b, ensure_ascii=False, separators=(",", ":")
+    )
 
 
 class Converter:
@@ -129,7 +143,9 @@ class Converter:
             return TextBlock(text=b["text"])
         if kind == "thinking" and isinstance(b.get("thinking"), str):
             sig = b.get("signature")
-            return ThinkingBlock(thinking=b["thinking"], signature=sig if isinstance(sig, str) else "")
+            return ThinkingBlock(
+                thinking=b["thinking"], signature=sig if isinstance(sig, str) else ""
+            )
         if kind == "redacted_thinking" and isinstance(b.get("data"), str):
             return RedactedThinkingBlock(data=b["data"])
         if kind == "tool_use" and isinstance(b.get("id"), str) and isinstance(b.get("name"), str):
@@ -145,12 +161,15 @@ class Converter:
                 is_error=b.get("is_error") is True,
             )
         if kind in ("image", "document"):
-            src = b.get("source") if isinstance(b.get("source"), dict) else {}
-            media = src.get("media_type") if isinstance(src.get("media_type"), str) else (
-                "image/png" if kind == "image" else "application/pdf"
+            src = _dict(b.get("source"))
+            media = src.get("media_type")
+            data = src.get("data")
+            return ImageBlock(
+                media_type=media
+                if isinstance(media, str)
+                else ("image/png" if kind == "image" else "application/pdf"),
+                data=data if isinstance(data, str) else "",
             )
-            data = src.get("data") if isinstance(src.get("data"), str) else ""
-            return ImageBlock(media_type=media, data=data)
         rep(f"a {_kind(b)} block steploop does not model; kept as text naming it")
         return TextBlock(text=_opaque(b))
 
@@ -166,8 +185,7 @@ class Converter:
         """The message a record holds (user, assistant, system or attachment)."""
         kind = record.get("type")
         mid = str(record.get("uuid"))
-        msg = record.get("message") if isinstance(record.get("message"), dict) else {}
-        assert isinstance(msg, dict)
+        msg = _dict(record.get("message"))
         if kind == "user":
             content = self.blocks(msg.get("content"), line)
             return UserMessage(
@@ -182,7 +200,9 @@ class Converter:
             if record.get("isApiErrorMessage") is True:
                 err = record.get("error")
                 text = "".join(
-                    b.text for b in self.blocks(msg.get("content"), line) if isinstance(b, TextBlock)
+                    b.text
+                    for b in self.blocks(msg.get("content"), line)
+                    if isinstance(b, TextBlock)
                 )
                 status = record.get("apiErrorStatus")
                 api_error = ErrorInfo(
@@ -195,22 +215,21 @@ class Converter:
                 response_id=str(msg.get("id") or mid),
                 model=str(model),
                 content=self.blocks(msg.get("content"), line),
-                stop_reason=msg.get("stop_reason") if isinstance(msg.get("stop_reason"), str) else None,
+                stop_reason=_str_or_none(msg.get("stop_reason")),
                 usage=usage_of(msg),
                 api_error=api_error,
             )
         if kind == "system":
-            content = record.get("content")
+            body = record.get("content")
             level = record.get("level")
             return SystemMessage(
                 id=mid,
                 subtype=str(record.get("subtype") or ""),
-                text=content if isinstance(content, str) else "",
+                text=body if isinstance(body, str) else "",
                 level=level if isinstance(level, str) else "info",
             )
         if kind == "attachment":
-            att = record.get("attachment") if isinstance(record.get("attachment"), dict) else {}
-            assert isinstance(att, dict)
+            att = _dict(record.get("attachment"))
             data: list[tuple[str, str | int | bool | None]] = []
             for k, v in att.items():
                 if k == "type":
@@ -219,7 +238,9 @@ class Converter:
                     data.append((str(k), v))
                 else:
                     data.append((str(k), json.dumps(v, ensure_ascii=False, sort_keys=True)))
-            return AttachmentMessage(id=mid, attachment_type=str(att.get("type") or ""), data=tuple(data))
+            return AttachmentMessage(
+                id=mid, attachment_type=str(att.get("type") or ""), data=tuple(data)
+            )
         raise ValueError(f"not a message record: {kind!r}")  # pragma: no cover - callers check
 
 

@@ -26,7 +26,15 @@ from effects.importer.convert import INTERRUPT_TEXTS
 from effects.importer.infer import stop_reason_for, traits_for
 from effects.importer.segment import Item
 from reducer import IllegalEvent, LoopConfig, LoopState, Request, Session, start, step
-from reducer.effects import AskPermission, CancelModelCall, Effect, Emit, Finish, SummarizeToolUse, Wait
+from reducer.effects import (
+    AskPermission,
+    CancelModelCall,
+    Effect,
+    Emit,
+    Finish,
+    SummarizeToolUse,
+    Wait,
+)
 from reducer.events import (
     CommandQueued,
     CompactionFinished,
@@ -53,9 +61,12 @@ from reducer.messages import (
 )
 from reducer.transitions import Terminal
 
-__all__ = ["TurnDriver", "UNKNOWN_TOOL_PREFIX", "api_failure_kind"]
+__all__ = ["UNKNOWN_TOOL_PREFIX", "TurnDriver", "api_failure_kind"]
 
 UNKNOWN_TOOL_PREFIX = "<tool_use_error>Error: No such tool available:"
+SIBLING_CANCEL_PREFIX = "<tool_use_error>Cancelled: parallel tool call"
+#: How Claude Code's synthetic result for a tool the user's interrupt stopped begins.
+REJECT_PREFIX = "The user doesn't want to proceed with this tool use"
 INTERRUPT_TOOLS = "[Request interrupted by user for tool use]"
 
 #: Claude Code's API-error categories (the record's ``error``) as steploop failure kinds.
@@ -110,6 +121,7 @@ class TurnDriver:
         session: Session | None,
         *,
         unknown_tools: frozenset[str] = frozenset(),
+        sibling_cancelling: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
         self.events: list[Event] = []
@@ -119,6 +131,10 @@ class TurnDriver:
         self.stuck: str | None = None
         self.stuck_line: int | None = None
         self._unknown = unknown_tools
+        self._siblings = sibling_cancelling
+        self._interrupted_results: set[int] = set()
+        self._hook_stopped: set[int] = set()
+        self.last_turn = False
         self._open: _Open | None = None
         self._now = request.at_ms
         self._line: int | None = None
@@ -217,6 +233,9 @@ class TurnDriver:
     def run(self, items: list[Item], *, may_answer_empty: bool) -> None:
         """Feed the turn's records (all but the prompt). ``may_answer_empty``: the transcript
         goes on after this turn, so a model call it shows no answer for had an empty one."""
+        self.last_turn = not may_answer_empty
+        self._interrupted_results = _interrupted_results(items)
+        self._hook_stopped = _hook_stopped_results(items)
         i = 0
         while i < len(items) and self.active:
             it = items[i]
@@ -305,11 +324,18 @@ class TurnDriver:
             traits = None
             rules: tuple[str, ...] = ()
             if isinstance(b, ToolUseBlock):
-                traits = traits_for(b.name, b.input, known=b.id not in self._unknown)
+                traits = traits_for(
+                    b.name,
+                    b.input,
+                    known=b.id not in self._unknown,
+                    cancels_siblings=m.response_id in self._siblings,
+                )
                 rules = ("IMP-12",)
                 o.has_tool_use = True
             self.feed(
-                ModelBlockReceived(call_id=o.call_id, block=b, tool=traits, at_ms=it.at_ms or self._now),
+                ModelBlockReceived(
+                    call_id=o.call_id, block=b, tool=traits, at_ms=it.at_ms or self._now
+                ),
                 *rules,
             )
         o.last = m
@@ -323,6 +349,12 @@ class TurnDriver:
     def _result(self, it: Item) -> None:
         m = it.message
         assert isinstance(m, UserMessage)
+        if it.line in self._interrupted_results:  # IMP-21: the user's interrupt, not the tool
+            if self.terminal is None:
+                if self._open is not None:
+                    self._end_response()
+                self.feed(Interrupted(kind="hard", at_ms=it.at_ms or self._now), "IMP-21")
+            return
         for b in m.content:
             if isinstance(b, ToolResultBlock):
                 self._deliver(b, it)
@@ -335,7 +367,10 @@ class TurnDriver:
             if status is None:
                 if any(
                     isinstance(x, UserMessage)
-                    and any(isinstance(c, ToolResultBlock) and c.tool_use_id == b.tool_use_id for c in x.content)
+                    and any(
+                        isinstance(c, ToolResultBlock) and c.tool_use_id == b.tool_use_id
+                        for c in x.content
+                    )
                     for _, x in self.emitted
                 ):
                     return  # the machine wrote this result itself, earlier
@@ -353,6 +388,7 @@ class TurnDriver:
                         tool_use_id=b.tool_use_id,
                         content=b.content,
                         is_error=b.is_error,
+                        hook_stopped=it.line in self._hook_stopped,
                         at_ms=it.at_ms or self._now,
                     )
                 )
@@ -375,7 +411,9 @@ class TurnDriver:
                     return
                 continue
             break
-        name = next((sl.name for sl in self.state.round.slots if sl.tool_use_id == b.tool_use_id), "?")
+        name = next(
+            (sl.name for sl in self.state.round.slots if sl.tool_use_id == b.tool_use_id), "?"
+        )
         self._stop(
             f"the result of {name} {b.tool_use_id} arrives before the machine started it (it "
             f"is {self._waits()})"
@@ -413,8 +451,9 @@ class TurnDriver:
                     stop_reason = att["stopReason"]
             elif it.kind == "stop_summary":
                 rec = it.record
-                if isinstance(rec.get("hookCount"), int):
-                    hook_count = rec["hookCount"]
+                # a summary is written only when hooks ran (effects/transcript.py writes no count)
+                count = rec.get("hookCount")
+                hook_count = count if isinstance(count, int) and count > 0 else max(hook_count, 1)
                 if rec.get("preventedContinuation") is True:
                     prevent = True
                 if isinstance(rec.get("stopReason"), str) and rec["stopReason"]:
@@ -501,7 +540,9 @@ class TurnDriver:
         """IMP-18: a queued prompt taken off the queue while the turn ran rode along as a
         queued-command attachment (the session pairs the removal with its enqueue)."""
         assert it.command is not None
-        self.feed(CommandQueued(command_id=f"q{it.line}", text=it.command, at_ms=it.at_ms), "IMP-18")
+        self.feed(
+            CommandQueued(command_id=f"q{it.line}", text=it.command, at_ms=it.at_ms), "IMP-18"
+        )
 
     def _finish(self, may_answer_empty: bool) -> None:
         if self._open is not None:
@@ -511,7 +552,10 @@ class TurnDriver:
                 return
             phase = self.state.phase
             if phase == "stop_hooks":  # IMP-16: no stop-hook record, so no hook ran
-                self.feed(StopHooksFinished(hooks_id=self.state.round.pending_id, at_ms=self._now), "IMP-16")
+                self.feed(
+                    StopHooksFinished(hooks_id=self.state.round.pending_id, at_ms=self._now),
+                    "IMP-16",
+                )
             elif self._call_waiting() and may_answer_empty:
                 self._answer_empty()
             else:
@@ -521,3 +565,43 @@ class TurnDriver:
 
 def is_interrupt_text(text: str | None) -> bool:
     return text in INTERRUPT_TEXTS
+
+
+def _result_text(it: Item) -> str | None:
+    m = it.message
+    if isinstance(m, UserMessage):
+        for b in m.content:
+            if isinstance(b, ToolResultBlock):
+                return b.content
+    return None
+
+
+def _hook_stopped_results(items: list[Item]) -> set[int]:
+    """T-HOOK-1: the line of the last result before a tool hook's stop attachment (the hook of
+    that tool stopped the turn)."""
+    out: set[int] = set()
+    for i, it in enumerate(items):
+        if it.kind != "hook_stop":
+            continue
+        for prev in reversed(items[:i]):
+            if prev.kind == "result":
+                out.add(prev.line)
+                break
+    return out
+
+
+def _interrupted_results(items: list[Item]) -> set[int]:
+    """IMP-21: the lines of results carrying Claude Code's rejection text that an interrupt
+    marker follows before the next response: the first such result is where the user
+    interrupted; the machine writes them and the marker itself."""
+    out: set[int] = set()
+    for i, it in enumerate(items):
+        if it.kind != "result" or not (_result_text(it) or "").startswith(REJECT_PREFIX):
+            continue
+        for nxt in items[i + 1 :]:
+            if nxt.kind in ("result", "system_other", "queue", "command", "retry_notice"):
+                continue
+            if nxt.kind == "interrupt":
+                out.add(it.line)
+            break
+    return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import Any, Literal
 
 from reducer import LoopConfig, claude_code_2_1_88
 from reducer.events import ToolTraits
@@ -99,19 +99,25 @@ def bash_is_read_only(command: str) -> bool:
     return True
 
 
-def traits_for(name: str, tool_input: dict[str, Any], *, known: bool = True) -> ToolTraits:
+def traits_for(
+    name: str, tool_input: dict[str, Any], *, known: bool = True, cancels_siblings: bool = False
+) -> ToolTraits:
     """IMP-12: a tool call's traits from its name (and, for Bash, its command).
 
     Results are never budgeted again (``max_result_chars=None``): the transcript holds what
-    Claude Code kept after its own tool-result budget (IMP-12).
+    Claude Code kept after its own tool-result budget. A Bash call cancels its siblings on an
+    error only where the transcript shows that it did (``cancels_siblings``: a result of its
+    response reads "Cancelled: parallel tool call"); older versions did not.
     """
     if not known:
         return ToolTraits(known=False, max_result_chars=None)
     if name == "Bash":
         cmd = tool_input.get("command")
         safe = isinstance(cmd, str) and bash_is_read_only(cmd)
-        return ToolTraits(concurrency_safe=safe, cancels_siblings_on_error=True, max_result_chars=None)
-    interrupt = "cancel" if name == "Sleep" else "block"
+        return ToolTraits(
+            concurrency_safe=safe, cancels_siblings_on_error=cancels_siblings, max_result_chars=None
+        )
+    interrupt: Literal["cancel", "block"] = "cancel" if name == "Sleep" else "block"
     return ToolTraits(
         concurrency_safe=name in SAFE_TOOLS, interrupt=interrupt, max_result_chars=None
     )

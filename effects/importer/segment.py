@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from effects.importer.chain import Thread
-from effects.importer.convert import INTERRUPT_TEXTS, Converter, at_ms
+from effects.importer.convert import Converter, at_ms
 from effects.importer.source import Entry, SourceFile
 from reducer.messages import Message, TextBlock, UserMessage
 
@@ -34,6 +34,7 @@ LOOP_OUTPUT = frozenset(
         "stop_feedback",
         "stop_summary",
         "stop_prevent",
+        "hook_stop",
         "compact",
         "retry_notice",
     }
@@ -59,7 +60,11 @@ class Item:
     @property
     def text(self) -> str | None:
         m = self.message
-        if isinstance(m, UserMessage) and len(m.content) == 1 and isinstance(m.content[0], TextBlock):
+        if (
+            isinstance(m, UserMessage)
+            and len(m.content) == 1
+            and isinstance(m.content[0], TextBlock)
+        ):
             return m.content[0].text
         return None
 
@@ -106,6 +111,9 @@ def classify(record: dict[str, Any], message: Message | None) -> str:
         att = record.get("attachment")
         t = att.get("type") if isinstance(att, dict) else None
         if t == "hook_stopped_continuation":
+            hook = att.get("hookName") if isinstance(att, dict) else None
+            if isinstance(hook, str) and hook.split(":")[0] in ("PreToolUse", "PostToolUse"):
+                return "hook_stop"  # a tool hook stopped the turn (T-HOOK-1)
             return "stop_prevent"
         if t in MACHINE_ATTACHMENTS:
             return "machine_attachment"

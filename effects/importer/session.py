@@ -18,7 +18,7 @@ import attrs
 
 from effects.importer.chain import Thread, threads
 from effects.importer.compare import COMPARED_KINDS, Divergence, first_difference
-from effects.importer.driver import UNKNOWN_TOOL_PREFIX, TurnDriver
+from effects.importer.driver import SIBLING_CANCEL_PREFIX, UNKNOWN_TOOL_PREFIX, TurnDriver
 from effects.importer.infer import config_for
 from effects.importer.segment import Item, Segment, segments
 from effects.importer.source import Problem, SourceFile, read_source
@@ -50,6 +50,7 @@ _CONVERSATION_KINDS = frozenset(
         "compact_summary",
         "machine_attachment",
         "stop_prevent",
+        "hook_stop",
     }
 )
 
@@ -98,7 +99,8 @@ class FileReport:
             "threads": self.threads,
             "counts": self.counts,
             "problems": [
-                {"line": p.line, "severity": p.severity, "message": p.message} for p in self.problems
+                {"line": p.line, "severity": p.severity, "message": p.message}
+                for p in self.problems
             ],
             "turns": [t.to_json() for t in self.turns],
         }
@@ -215,7 +217,7 @@ def import_file(
             side += 1
         tag = _thread_tag(th, side)
         for turn in _import_thread(src, th):
-            rep, driver, cfg, request, session, seg = turn
+            rep, driver, cfg, request, session, _seg = turn
             path_out: Path | None = None
             if out_dir is not None and names is not None:
                 path_out = names.take(f"{stem}{tag}.t{rep.turn:03d}")
@@ -278,7 +280,7 @@ def _import_thread(
             agent_id=th.agent_id if th.kind != "main" else None,
             largest_context=largest,
         )
-        request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)  # type: ignore[arg-type]
+        request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
         unknown = frozenset(
             b.tool_use_id
@@ -287,7 +289,9 @@ def _import_thread(
             for b in it.message.content
             if isinstance(b, ToolResultBlock) and b.content.startswith(UNKNOWN_TOOL_PREFIX)
         )
-        driver = TurnDriver(cfg, request, session, unknown_tools=unknown)
+        driver = TurnDriver(
+            cfg, request, session, unknown_tools=unknown, sibling_cancelling=_sibling_rounds(items)
+        )
         driver.run(items[1:], may_answer_empty=more)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
@@ -300,14 +304,18 @@ def _import_thread(
 
             div = explain(div, driver, items)
         left_out = Counter(it.kind for it in items if it.kind not in COMPARED_KINDS)
-        versions = sorted({str(it.record.get("version")) for it in items if it.record.get("version")})
+        versions = sorted(
+            {str(it.record.get("version")) for it in items if it.record.get("version")}
+        )
         rep = TurnReport(
             file=src.name,
             thread=thread_name,
             session_id=th.session_id,
             turn=turn_no,
             lines=seg.lines,
-            version="..".join([versions[0], versions[-1]]) if len(versions) > 1 else (versions[0] if versions else "?"),
+            version="..".join([versions[0], versions[-1]])
+            if len(versions) > 1
+            else (versions[0] if versions else "?"),
             prompt=_short(items[0].text or "(blocks)"),
             trace=None,
             steps=driver.steps,
@@ -320,6 +328,24 @@ def _import_thread(
         )
         yield rep, driver, cfg, request, session, seg
         conv = _extend(conv, items)
+
+
+def _sibling_rounds(items: list[Item]) -> frozenset[str]:
+    """IMP-12: the responses in which a failing call cancelled its siblings."""
+    owner: dict[str, str] = {}
+    for it in items:
+        if it.kind == "block" and isinstance(it.message, AssistantMessage):
+            for b in it.message.content:
+                if hasattr(b, "name") and hasattr(b, "id"):
+                    owner[b.id] = it.message.response_id
+    out: set[str] = set()
+    for it in items:
+        if it.kind == "result" and isinstance(it.message, UserMessage):
+            for b in it.message.content:
+                if isinstance(b, ToolResultBlock) and b.content.startswith(SIBLING_CANCEL_PREFIX):
+                    if b.tool_use_id in owner:
+                        out.add(owner[b.tool_use_id])
+    return frozenset(out)
 
 
 def _mark_queue(seg: Segment, queue: deque[str]) -> None:

@@ -230,7 +230,9 @@ def read_source(path: str | os.PathLike[str], name: str | None = None) -> Source
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            src.problem(ln, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); skipped")
+            src.problem(
+                ln, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); skipped"
+            )
             continue
         try:
             obj = json.loads(text)
@@ -250,23 +252,23 @@ def read_source(path: str | os.PathLike[str], name: str | None = None) -> Source
         if not isinstance(kind, str):
             src.counts["(no type)"] += 1
             if kind is None:
-                src.problem(ln, "a record without a \"type\"; skipped")
+                src.problem(ln, 'a record without a "type"; skipped')
             else:
-                src.problem(ln, f"a record whose \"type\" is a {type(kind).__name__}; skipped")
+                src.problem(ln, f'a record whose "type" is a {type(kind).__name__}; skipped')
             continue
         src.counts[kind] += 1
         if kind in MESSAGE_TYPES or kind in CHAIN_TYPES:
-            e = _entry(obj, ln, start, kind)
-            if e.uuid is None:
+            ent = _entry(obj, ln, start, kind)
+            if ent.uuid is None:
                 src.problem(ln, f"a {kind} record without a uuid; skipped")
                 continue
-            src.entries.append(e)
-            if e.version is not None:
-                v = parse_version(e.version)
+            src.entries.append(ent)
+            if ent.version is not None:
+                v = parse_version(ent.version)
                 if v is None:
-                    src.problem(ln, f"unreadable Claude Code version {e.version!r}", "warning")
+                    src.problem(ln, f"unreadable Claude Code version {ent.version!r}", "warning")
                 elif v > known_max and (newest is None or v > newest[0]):
-                    newest = (v, e.version, ln)
+                    newest = (v, ent.version, ln)
         elif kind in METADATA_TYPES:
             if kind == "queue-operation":
                 src.queue.append(
