@@ -39,6 +39,10 @@ CAUSES: dict[str, str] = {
         "the feedback first"
     ),
     "cut-off": "the transcript ends inside the turn (the session was closed or killed)",
+    "unknown-call": (
+        "the transcript has a result for a tool call the machine never received (the record of "
+        "the call is missing or in another branch)"
+    ),
     "rejected-event": "step() rejects the event the transcript implies here",
     "unexplained": "not classified: read the divergence",
 }
@@ -60,6 +64,8 @@ def _cause(div: Divergence, driver: TurnDriver, items: list[Item]) -> str:
             return "tool-schedule"
         if "step() rejects" in why:
             return "rejected-event"
+        if "which the machine has no call" in why:
+            return "unknown-call"
         if "turn ends here" in why and driver.last_turn:
             return "cut-off"
         if "does not call the model" in why and "compacting" in why:

@@ -208,6 +208,8 @@ def import_file(
         return report
     ths = threads(src)
     report.threads = len(ths)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
     if names is None and out_dir is not None:
         names = _Names(out_dir)
     side = 0
@@ -295,9 +297,13 @@ def _import_thread(
         driver.run(items[1:], may_answer_empty=more)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
-        if div is None and driver.stuck is not None:
+        if driver.stuck is not None and (div is None or div.step is None):
+            # the machine wrote nothing more because the driver could not go on: say why
             div = Divergence(
-                line=driver.stuck_line, step=None, expected="the turn to go on", got=driver.stuck
+                line=driver.stuck_line,
+                step=None,
+                expected=div.expected if div is not None else "the turn to go on",
+                got=driver.stuck,
             )
         if div is not None:
             from effects.importer.causes import explain

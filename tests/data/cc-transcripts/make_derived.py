@@ -123,10 +123,10 @@ def main() -> None:
     )
 
     # a line in the middle that is not JSON, one that is not an object, one without a type
-    rs = lines(TOOLS)
+    raw_lines = lines(TOOLS)
     write(
         "bad_lines.jsonl",
-        "\n".join([*rs[:5], "{not json", "[1, 2]", '{"uuid": "x"}', *rs[5:]]) + "\n",
+        "\n".join([*raw_lines[:5], "{not json", "[1, 2]", '{"uuid": "x"}', *raw_lines[5:]]) + "\n",
     )
     expect(
         "bad_lines.jsonl",
@@ -141,8 +141,8 @@ def main() -> None:
     )
 
     # a record written twice (the same uuid)
-    rs = lines(TOOLS)
-    write("duplicate_uuid.jsonl", "\n".join([*rs[:4], rs[3], *rs[4:]]) + "\n")
+    raw_lines = lines(TOOLS)
+    write("duplicate_uuid.jsonl", "\n".join([*raw_lines[:4], raw_lines[3], *raw_lines[4:]]) + "\n")
     expect(
         "duplicate_uuid.jsonl",
         [
