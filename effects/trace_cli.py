@@ -45,7 +45,7 @@ from reducer import LoopConfig, SteploopError
 from reducer.canonical import to_data
 from reducer.config import profile_for
 from reducer.effects import CallModel, Compact, Effect, StartTool
-from reducer.events import Event, ModelResponseEnded
+from reducer.events import CompactionFinished, Event, ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
 
 __all__ = ["TRACE_COMMANDS", "main", "register"]
@@ -415,13 +415,27 @@ class _Progress:
             self.stream.flush()
 
 
-def _file_counts(path: Path) -> tuple[Counter[str], str]:
+def _file_counts(path: Path, totals: Counter[str] | None = None) -> tuple[Counter[str], str]:
+    """Transitions and the terminal of one trace; ``totals`` gathers compactions and tokens."""
     transitions: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     reader = TraceReader(path)
     for rec in reader:
-        if isinstance(rec, StepRecord) and rec.transition is not None:
-            transitions[rec.transition.TAG] += 1
+        if isinstance(rec, StepRecord):
+            if rec.transition is not None:
+                transitions[rec.transition.TAG] += 1
+            ev = rec.event
+            if isinstance(ev, CompactionFinished):
+                counts["compactions"] += 1
+            elif isinstance(ev, ModelResponseEnded):
+                u = ev.usage
+                counts["input tokens"] += (
+                    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+                )
+                counts["output tokens"] += u.output_tokens
     terminal = reader.end.terminal.TAG if reader.end is not None else "(unfinished)"
+    if totals is not None:
+        totals.update(counts)
     return transitions, terminal
 
 
@@ -438,11 +452,12 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     progress = _Progress(len(files), err, bool(args.progress) or err.isatty())
     transitions: Counter[str] = Counter()
     terminals: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
     warnings: list[str] = []
     progress.show(0)
     for k, path in enumerate(files, 1):
         try:
-            t, end = _file_counts(path)
+            t, end = _file_counts(path, totals)
         except TraceError as e:
             warnings.append(f"steploop: warning: {e} (skipped)")
         else:
@@ -465,6 +480,11 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         print(f"  {tag.ljust(width)}  {n:>7,}", file=out)
     if not terminals:
         print("  none", file=out)
+    print(
+        f"compactions {totals['compactions']:,}; tokens: {totals['input tokens']:,} in "
+        f"(cache included), {totals['output tokens']:,} out",
+        file=out,
+    )
     return 0
 
 

@@ -19,7 +19,7 @@ import attrs
 
 from effects.importer.chain import Thread
 from effects.importer.convert import Converter, at_ms
-from effects.importer.source import Entry, SourceFile
+from effects.importer.source import PROGRESS, Entry, SourceFile
 from reducer.messages import Message, TextBlock, UserMessage
 
 __all__ = ["LOOP_OUTPUT", "Item", "Segment", "segments"]
@@ -121,14 +121,32 @@ def classify(record: dict[str, Any], message: Message | None) -> str:
     return "other"  # pragma: no cover - threads hold message records only
 
 
+def _entries(src: SourceFile, thread: Thread) -> Iterator[Entry]:
+    """The thread's message records and (for the main thread) its queue operations, in file
+    order, one at a time."""
+    ix = src.index
+    queue = iter(
+        [q for q in src.queue if q.session_id in (None, thread.session_id)]
+        if thread.kind == "main"
+        else []
+    )
+    q = next(queue, None)
+    for r in thread.rows:
+        if ix.type[r] == PROGRESS:
+            continue
+        line = ix.line[r]
+        while q is not None and q.line < line:
+            yield q
+            q = next(queue, None)
+        yield src.entry(r)
+    while q is not None:
+        yield q
+        q = next(queue, None)
+
+
 def _items(src: SourceFile, thread: Thread, conv: Converter) -> Iterator[Item]:
-    """The thread's message records and (for the main thread) the queue operations, in file
-    order, each loaded, converted and classified."""
-    entries: list[Entry] = [e for e in thread.entries if e.type != "progress"]
-    if thread.kind == "main":
-        queue = [q for q in src.queue if q.session_id in (None, thread.session_id)]
-        entries = sorted([*entries, *queue], key=lambda e: e.line)
-    for e, record in src.load_many(entries):
+    """The thread's records, each loaded, converted and classified."""
+    for e, record in src.load_many(_entries(src, thread)):
         if e.type == "queue-operation":
             yield Item(line=e.line, kind="queue", record=record)
             continue

@@ -176,17 +176,6 @@ class _Names:
         return self.out / name
 
 
-def _peek(it: Iterator[Segment]) -> Iterator[tuple[Segment, bool]]:
-    """Each segment with whether another one follows it."""
-    prev: Segment | None = None
-    for seg in it:
-        if prev is not None:
-            yield prev, True
-        prev = seg
-    if prev is not None:
-        yield prev, False
-
-
 def import_file(
     path: str | Path,
     out_dir: Path | None,
@@ -239,6 +228,7 @@ def import_file(
                 record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
                 rep.trace = path_out.name
             report.turns.append(rep)
+            del turn, driver, cfg, request, session, _seg  # release the turn before the next
     report.problems = list(src.problems)
     return report
 
@@ -259,7 +249,9 @@ def _import_thread(
     turn_no = 0
     attachments = src.counts.get("attachment", 0) > 0
     thread_name = "main" if th.kind == "main" else f"sidechain {th.agent_id or '(no agent id)'}"
-    for seg, more in _peek(segments(src, th)):
+    last_line = src.index.line[th.rows[-1]]
+    for seg in segments(src, th):
+        more = seg.items[-1].line < last_line  # the transcript goes on after this segment
         _mark_queue(seg, queue)
         if seg.kind == "history":
             conv = _extend(conv, seg.items)
@@ -333,6 +325,7 @@ def _import_thread(
             left_out=dict(left_out),
         )
         yield rep, driver, cfg, request, session, seg
+        del driver, rep, request, session  # one turn at a time: release it before the next
         conv = _extend(conv, items)
 
 

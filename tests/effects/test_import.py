@@ -284,6 +284,7 @@ def test_stats_counts_over_the_imported_folder(traces: Path) -> None:
     text = out.getvalue()
     assert "9 trace(s) read" in text
     assert "completed" in text and "aborted_streaming" in text and "next_turn" in text
+    assert "compactions 0; tokens: " in text
 
 
 # --- the command ---------------------------------------------------------------------------------
