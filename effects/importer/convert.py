@@ -2,8 +2,10 @@
 
 One transcript record becomes one :class:`reducer.messages.Message` whose ``id`` is the record's
 uuid (so a message in an imported trace names the line it came from). Content blocks are read as
-the Messages API spells them; a block steploop does not model is kept as text that names it
-(:data:`OPAQUE_PREFIX`) and reported, so nothing is dropped without a line.
+the Messages API spells them; a block steploop does not model (a server tool call, search
+results, ...) is kept whole as an :class:`~reducer.messages.OpaqueBlock`, with a note. Inside a
+tool result, where steploop keeps one string, such a block becomes text that names it
+(:data:`OPAQUE_PREFIX`) and is reported.
 
 Tool results whose content is a list of blocks are flattened: text blocks joined by a newline,
 an image as the text ``[image: MEDIA_TYPE]``. steploop's tool results hold one string.
@@ -23,6 +25,7 @@ from reducer.messages import (
     ErrorInfo,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     SystemMessage,
     TextBlock,
@@ -126,8 +129,13 @@ def _opaque(b: Any) -> str:
 class Converter:
     """Turns records into messages; ``report(line, text)`` receives what it could not keep."""
 
-    def __init__(self, report: Callable[[int, str], None]) -> None:
+    def __init__(
+        self,
+        report: Callable[[int, str], None],
+        note: Callable[[int, str], None] | None = None,
+    ) -> None:
         self._report = report
+        self._note = note or (lambda _line, _text: None)
 
     def block(self, b: Any, line: int) -> Block:
         def rep(text: str) -> None:
@@ -170,8 +178,10 @@ class Converter:
                 else ("image/png" if kind == "image" else "application/pdf"),
                 data=data if isinstance(data, str) else "",
             )
-        rep(f"a {_kind(b)} block steploop does not model; kept as text naming it")
-        return TextBlock(text=_opaque(b))
+        self._note(line, f"a {_kind(b)} block: kept as an opaque block")
+        return OpaqueBlock(
+            block_type=_kind(b), raw=json.dumps(b, ensure_ascii=False, separators=(",", ":"))
+        )
 
     def blocks(self, content: Any, line: int) -> tuple[Block, ...]:
         if isinstance(content, str):

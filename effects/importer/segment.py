@@ -157,7 +157,10 @@ def _items(src: SourceFile, thread: Thread, conv: Converter) -> Iterator[Item]:
 def segments(src: SourceFile, thread: Thread) -> Iterator[Segment]:
     """Cut the thread into turns and history (IMP-8, IMP-9), streaming: only one segment's
     records are held at a time."""
-    conv = Converter(lambda line, text: src.problem(line, text, "warning"))
+    conv = Converter(
+        lambda line, text: src.problem(line, text, "warning"),
+        lambda line, text: src.problem(line, text, "note"),
+    )
     current: list[Item] = []
     for item in _items(src, thread, conv):
         if item.kind == "candidate" and current:

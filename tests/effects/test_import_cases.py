@@ -21,6 +21,7 @@ from effects.importer.session import _ranges, import_file
 from reducer.messages import (
     AssistantMessage,
     ErrorInfo,
+    OpaqueBlock,
     SystemMessage,
     TextBlock,
     ToolResultBlock,
@@ -99,7 +100,13 @@ def test_tool_result_lists_are_flattened_and_unknown_blocks_kept_as_text() -> No
     assert msg.content == (ToolResultBlock(tool_use_id="t1", content="line one\n[image: image/png]"),)
     assert seen == [(7, "a tool result holds an image; it is kept as the text '[image: image/png]'")]
     block = conv.block({"type": "web_search_tool_result", "content": []}, 9)
-    assert isinstance(block, TextBlock) and block.text.startswith(OPAQUE_PREFIX + "web_search_tool_result")
+    assert block == OpaqueBlock(block_type="web_search_tool_result", raw='{"type":"web_search_tool_result","content":[]}')
+    text = conv.message(
+        {"type": "user", "uuid": "u2", "message": {"content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "mcp_thing"}]}]}},
+        10,
+    )
+    assert isinstance(text, UserMessage) and isinstance(text.content[0], ToolResultBlock)
+    assert text.content[0].content.startswith(OPAQUE_PREFIX + "mcp_thing")
     tool = conv.block({"type": "tool_use", "id": "x", "name": "Read", "input": {"a": 1}, "caller": {}}, 9)
     assert tool == ToolUseBlock(id="x", name="Read", input={"a": 1})
 

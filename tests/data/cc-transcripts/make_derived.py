@@ -192,8 +192,7 @@ def main() -> None:
     expect(
         "unmodelled_block.jsonl",
         [
-            "warning: unmodelled_block.jsonl:6: a server_tool_use block steploop does not model; "
-            "kept as text naming it"
+            "note: unmodelled_block.jsonl:6: a server_tool_use block: kept as an opaque block"
         ],
         turns=5,
         reproduced=5,
