@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
         trace_cli = None  # type: ignore[assignment]
     if trace_cli is not None:
         trace_cli.register(sub)
+    from effects.importer import cli as import_cli
+
+    import_cli.register(sub)
     return p
 
 
