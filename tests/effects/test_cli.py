@@ -91,6 +91,7 @@ def _run(tmp_path: Path, entries: list[dict[str, object]], *extra: str) -> tuple
 OVERLOADED = {"type": "failure", "kind": "overloaded", "status": 529}
 
 
+@pytest.mark.spec("CLI-1")
 @pytest.mark.parametrize(
     ("entries", "extra", "code"),
     [
@@ -119,6 +120,7 @@ def test_max_retries_bounds_the_retries(tmp_path: Path) -> None:
     assert got == 3 and "retrying in" not in text, text
 
 
+@pytest.mark.spec("CLI-1")
 def test_exit_codes_are_one_table(tmp_path: Path) -> None:
     """run, demo and the table agree; every Terminal has a code; 0 is only for completed."""
     from effects.cli_common import TERMINAL_EXIT
@@ -132,6 +134,7 @@ def test_exit_codes_are_one_table(tmp_path: Path) -> None:
 # -- input files ----------------------------------------------------------------------------
 
 
+@pytest.mark.spec("CLI-2")
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -201,6 +204,7 @@ def test_run_trace_in_a_missing_directory_is_one_line(tmp_path: Path, capsys: py
 EDIT: dict[str, object] = {"type": "tool_call", "name": "Write", "input": {"file_path": "b.txt", "content": "x"}}
 
 
+@pytest.mark.spec("CLI-3")
 def test_no_terminal_and_no_yes_fails_at_the_first_permission(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +242,7 @@ print(json.dumps({"systemMessage": "tests are green"}))
 """
 
 
+@pytest.mark.spec("HOOK-1", "HOOK-2")
 def test_stop_hook_blocks_once_then_passes(tmp_path: Path) -> None:
     """--stop-hook CMD speaks Claude Code's protocol: exit 2 feeds '[cmd]: stderr' back, the
     second call sees stop_hook_active and its systemMessage is shown."""
@@ -281,6 +286,7 @@ def test_project_settings_are_read_and_announced_first(tmp_path: Path) -> None:
     assert got == 0 and not log.exists() and "settings:" not in text
 
 
+@pytest.mark.spec("CLI-2")
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
