@@ -437,3 +437,21 @@ def test_the_sample_replies_file_runs(tmp_path: Path) -> None:
     assert main(argv, out=out) == 0, out.getvalue()
     text = out.getvalue()
     assert "retrying in" in text and text.count("── continue: next_turn") == 2 and "userId is read in validate.ts" in text
+
+
+@pytest.mark.spec("CLI-1")
+def test_ctrl_c_is_130_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr("effects.cli.anyio.run", interrupted)
+    got, _ = _run(tmp_path, [{"type": "reply", "text": "x"}])
+    assert got == 130 and capsys.readouterr().err == "steploop: interrupted\n"
+    assert list(scratch.iterdir()) == []  # the scratch transcript went too
