@@ -455,3 +455,28 @@ def test_ctrl_c_is_130_with_one_line(
     got, _ = _run(tmp_path, [{"type": "reply", "text": "x"}])
     assert got == 130 and capsys.readouterr().err == "steploop: interrupted\n"
     assert list(scratch.iterdir()) == []  # the scratch transcript went too
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal gets colour (BROKEN does not look like held); NO_COLOR and pipes get none; the
+    words are the same whatever the width."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("COLUMNS", "40")
+    entries: list[dict[str, object]] = [{"type": "reply", "text": "done " * 30}]
+    tty = _Tty()
+    main(["run", "go", "--workspace", str(tmp_path), "--scripted", _script(tmp_path, entries)], out=tty)
+    assert "\x1b[" in tty.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _Tty()
+    main(["run", "go", "--workspace", str(tmp_path), "--scripted", _script(tmp_path, entries)], out=plain)
+    piped = io.StringIO()
+    main(["run", "go", "--workspace", str(tmp_path), "--scripted", _script(tmp_path, entries)], out=piped)
+    assert "\x1b[" not in plain.getvalue() and "\x1b[" not in piped.getvalue()
+    assert "assistant: " + ("done " * 30).strip()[:80] in piped.getvalue()  # not wrapped at 40
