@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias
@@ -30,6 +29,7 @@ import anyio.abc
 import anyio.to_thread
 import attrs
 
+from effects.procs import open_process_tree
 from reducer.effects import RunStopHooks
 from reducer.events import StopHooksFinished
 
@@ -260,14 +260,13 @@ class CommandStopHook:
             # Shielded so that a cancellation cannot strike between the fork and the moment
             # we hold the process (the finally below is what cleans up).
             with anyio.CancelScope(shield=True):
-                process = await anyio.open_process(
+                process = await open_process_tree(
                     self.command,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd=cwd,
                     env=env,
-                    start_new_session=True,
                 )
         except OSError as exc:
             return StopHookResult(error=f"Stop hook {self.name} could not start: {exc}")
@@ -279,13 +278,9 @@ class CommandStopHook:
             with anyio.move_on_after(self.timeout_s):
                 returncode = await _communicate(process, data, stdout, stderr)
         finally:
-            if returncode is None:
-                # Timed out, cancelled or failed: take the whole group down, then reap.
-                _kill_group(process)
-                with anyio.CancelScope(shield=True):
-                    await process.aclose()
-            else:
-                await process.aclose()
+            # Done, timed out, cancelled or failed: the hook and everything it started are
+            # killed and reaped (effects.procs), so no background child outlives the hook.
+            await process.aclose()
 
         if returncode is None:
             return StopHookResult(
@@ -323,21 +318,6 @@ async def _drain(stream: anyio.abc.ByteReceiveStream, sink: bytearray) -> None:
                 sink += chunk[:room]
     except (anyio.BrokenResourceError, anyio.ClosedResourceError):
         pass
-
-
-def _kill_group(process: anyio.abc.Process) -> None:
-    # start_new_session=True made the hook the leader of its own process group, whose id is
-    # its pid. The group id stays reserved while any member lives, so this cannot hit a
-    # stranger even if the leader has already exited.
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    if process.returncode is None:
-        try:
-            process.kill()
-        except OSError:
-            pass
 
 
 def _decode(raw: bytearray) -> str:

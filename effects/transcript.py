@@ -64,6 +64,7 @@ from reducer.messages import (
     Emitted,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     SystemMessage,
     TextBlock,
@@ -128,7 +129,11 @@ def _utc_now() -> datetime:
 def block_to_api(block: Block) -> dict[str, Any]:
     """One content block in the Anthropic Messages API spelling."""
     if isinstance(block, TextBlock):
+        if block.citations is not None:  # as the API sent them (specs/ R-BLOCK-2)
+            return {"type": "text", "text": block.text, "citations": json.loads(block.citations)}
         return {"type": "text", "text": block.text}
+    if isinstance(block, OpaqueBlock):  # a server block, exactly as the API sent it
+        return json.loads(block.raw)  # type: ignore[no-any-return]
     if isinstance(block, ThinkingBlock):
         return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
     if isinstance(block, RedactedThinkingBlock):
@@ -258,7 +263,11 @@ def _redact(value: Any, secrets: Sequence[str], count: list[int]) -> Any:
 
 def _dumps(record: dict[str, Any]) -> bytes:
     # json escapes "\n" inside strings, so one record is always exactly one line.
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (B-TEXT-1): written as its \udXXX escape
+        return json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
 
 
 class TranscriptWriter:
