@@ -32,6 +32,7 @@ __all__ = [
     "FileReport",
     "TurnReport",
     "import_file",
+    "turn_driver",
 ]
 
 #: The importer's name and rule-set version, written into every trace's provenance.
@@ -276,16 +277,7 @@ def _import_thread(
         )
         request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
-        unknown = frozenset(
-            b.tool_use_id
-            for it in items
-            if it.kind == "result" and isinstance(it.message, UserMessage)
-            for b in it.message.content
-            if isinstance(b, ToolResultBlock) and b.content.startswith(UNKNOWN_TOOL_PREFIX)
-        )
-        driver = TurnDriver(
-            cfg, request, session, unknown_tools=unknown, sibling_cancelling=_sibling_rounds(items)
-        )
+        driver = turn_driver(items, cfg, request, session)
         driver.run(items[1:], may_answer_empty=more)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
@@ -327,6 +319,23 @@ def _import_thread(
         yield rep, driver, cfg, request, session, seg
         del driver, rep, request, session  # one turn at a time: release it before the next
         conv = _extend(conv, items)
+
+
+def turn_driver(
+    items: list[Item], config: LoopConfig, request: Request, session: Session | None
+) -> TurnDriver:
+    """The driver (the transcript as a world) for a turn's records, with what it must know
+    of them ahead (IMP-12: unknown tools, responses whose failing call cancelled siblings)."""
+    unknown = frozenset(
+        b.tool_use_id
+        for it in items
+        if it.kind == "result" and isinstance(it.message, UserMessage)
+        for b in it.message.content
+        if isinstance(b, ToolResultBlock) and b.content.startswith(UNKNOWN_TOOL_PREFIX)
+    )
+    return TurnDriver(
+        config, request, session, unknown_tools=unknown, sibling_cancelling=_sibling_rounds(items)
+    )
 
 
 def _sibling_rounds(items: list[Item]) -> frozenset[str]:
