@@ -577,6 +577,11 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         print(w, file=err)
     read = len(files) - len(warnings)
     print(f"{read} trace(s) read, {len(warnings)} skipped, in {root}", file=out)
+    print(
+        f"compactions {totals['compactions']:,}; tokens: {totals['input tokens']:,} in "
+        f"(cache included), {totals['output tokens']:,} out",
+        file=out,
+    )
     width = max((len(k) for k in [*transitions, *terminals]), default=10)
     print("transitions:", file=out)
     for tag, n in sorted(transitions.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -588,11 +593,6 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         print(f"  {tag.ljust(width)}  {n:>7,}", file=out)
     if not terminals:
         print("  none", file=out)
-    print(
-        f"compactions {totals['compactions']:,}; tokens: {totals['input tokens']:,} in "
-        f"(cache included), {totals['output tokens']:,} out",
-        file=out,
-    )
     return 0
 
 

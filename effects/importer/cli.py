@@ -1,7 +1,8 @@
 """``steploop import PATH...``: Claude Code transcripts in, steploop traces out (specs/import.md §9).
 
-Prints one line per problem (``FILE:LINE: what``, on stderr), a table per file (user turns,
-reproduced, the first divergences' causes) and a summary. Exit status: 0 when every file was read
+Prints one line per problem (``FILE:LINE: what``, on stderr), a progress bar on stderr (a
+terminal, or ``--progress``), a table per file (user turns, reproduced, the first divergences'
+causes) and a summary, with ``rich`` (colour on a terminal only, never with ``NO_COLOR``). Exit status: 0 when every file was read
 and imported (warnings and notes allowed), 1 when some input could not be imported (a line or a
 file skipped: an error-level problem), 2 for a usage error (a path that does not exist, nothing to
 import, an output path that is a file).
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from effects.cli_common import CliError, ProgressBar, console_for
 from effects.importer import CAUSES, ImportSummary, import_paths
 
 __all__ = ["cmd_import", "register"]
@@ -21,45 +23,29 @@ __all__ = ["cmd_import", "register"]
 DEFAULT_OUT = "steploop-import"
 
 
-class _Progress:
-    """``import [#####     ] 3/17 files  NAME`` on stderr, when it is a terminal or asked for."""
-
-    def __init__(self, stream: TextIO, enabled: bool, width: int = 30) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.width = width
-        self._shown = False
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        if not self.enabled or total == 0:
-            return
-        filled = self.width * done // total
-        bar = "#" * filled + " " * (self.width - filled)
-        tail = name if len(name) <= 40 else "…" + name[-39:]
-        self.stream.write(f"\rimport [{bar}] {done}/{total} files  {tail:<40}")
-        self.stream.flush()
-        self._shown = True
-        if done == total:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _error(message: str) -> Exception:
-    from effects.cli import CliError
-
-    return CliError(message)
-
-
 def _pct(n: int, d: int) -> str:
     return f"{100 * n / d:.1f}%" if d else "-"
 
 
 def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> None:
-    """The per-file table, the causes of the divergences and the totals."""
-    rows = [("file", "turns", "ended", "reproduced", "first divergences")]
+    """The per-file table, the causes of the divergences and the totals (a ``rich`` table;
+    plain columns off a terminal)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console_for(out)
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+    for name, justify in (
+        ("file", "left"),
+        ("turns", "right"),
+        ("ended", "right"),
+        ("reproduced", "right"),
+        ("first divergences", "left"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for f in summary.files:
         if not f.transcript:
-            rows.append((f.file, "-", "-", "-", "not a transcript"))
+            table.add_row(f.file, "-", "-", "-", Text("not a transcript", style="yellow"))
             continue
         causes: dict[str, int] = {}
         for t in f.turns:
@@ -67,56 +53,65 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
                 causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
         ended = sum(1 for t in f.turns if t.terminal is not None)
         rep = sum(1 for t in f.turns if t.reproduced)
-        rows.append(
-            (
-                f.file,
-                str(len(f.turns)),
-                str(ended),
-                str(rep),
-                ", ".join(f"{c} {n}" for c, n in sorted(causes.items())),
-            )
+        table.add_row(
+            f.file,
+            str(len(f.turns)),
+            str(ended),
+            Text(str(rep), style="green" if rep == len(f.turns) else "yellow"),
+            ", ".join(f"{c} {n}" for c, n in sorted(causes.items())),
         )
-    widths = [max(len(r[k]) for r in rows) for k in range(5)]
-    for r in rows:
-        cells = [r[0].ljust(widths[0])] + [r[k].rjust(widths[k]) for k in (1, 2, 3)] + [r[4]]
-        print("  ".join(cells).rstrip(), file=out)
+    console.print(table)
     turns = summary.turns
-    print(
-        f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {len(turns)} user "
-        f"turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
-        f"({_pct(summary.reproduced, len(turns))})",
-        file=out,
+    console.print(
+        Text(
+            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {len(turns)} "
+            f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
+            f"({_pct(summary.reproduced, len(turns))})",
+            style="bold",
+        )
     )
     causes = summary.causes()
     if causes:
-        print("first divergences by cause:", file=out)
+        console.print("first divergences by cause:")
         width = max(len(c) for c in causes)
         for cause, n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])):
-            print(f"  {cause.ljust(width)}  {n:>4}  {CAUSES[cause]}", file=out)
+            console.print(Text(f"  {cause.ljust(width)}  {n:>4}  {CAUSES[cause]}"))
     probs = summary.problems
     if probs:
         by = {s: sum(1 for p in probs if p.severity == s) for s in ("error", "warning", "note")}
-        print(
+        console.print(
             f"problems: {by['error']} error(s), {by['warning']} warning(s), {by['note']} note(s) "
-            "(listed on stderr)",
-            file=out,
+            "(listed on stderr)"
         )
     if out_dir is not None:
         written = sum(1 for t in turns if t.trace is not None)
-        print(f"{written} trace(s) and import-report.json written to {out_dir}", file=out)
+        console.print(Text(f"{written} trace(s) and import-report.json written to {out_dir}"))
 
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     out_dir: Path | None = None if args.no_traces else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise _error(f"{out_dir}: exists and is not a directory")
+        raise CliError(f"{out_dir}: exists and is not a directory")
     err = sys.stderr
-    progress = _Progress(err, bool(args.progress) or err.isatty())
-    summary = import_paths(args.paths, out_dir, progress=progress)
+    show = bool(args.progress) or err.isatty()
+    bar: ProgressBar | None = None
+
+    def progress(done: int, total: int, _name: str) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = ProgressBar(total, "importing", "files", err, show)
+        elif done:
+            bar.advance()
+
+    try:
+        summary = import_paths(args.paths, out_dir, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
     if summary.missing and not summary.files:
-        raise _error(f"{summary.missing[0]}: no such file or directory")
+        raise CliError(f"{summary.missing[0]}: no such file or directory")
     if not summary.files:
-        raise _error(f"no *.jsonl files under {', '.join(args.paths)}")
+        raise CliError(f"no *.jsonl files under {', '.join(args.paths)}")
     for m in summary.missing:
         print(f"steploop: error: {m}: no such file or directory", file=err)
     for p in summary.problems:

@@ -9,7 +9,11 @@ messages the shell inserted as ``MessagesInserted``. What the machine asks for a
 transcript cannot answer is answered by the inference rules (permissions, waits, stop hooks
 that left no record, a response that left none) and each such step is listed under its rule.
 
-The driver never decides what the machine does: it only answers. When the transcript cannot
+The transcript is a *world* in the sense of :mod:`reducer.drive` (a pulled one): the shared
+driver loop :func:`reducer.drive.drive` runs the turn, hands every effect to
+:meth:`TurnDriver.perform` (which answers permissions, waits and summaries at once and collects
+what the machine emits) and asks :meth:`TurnDriver.next_event` for the next event whenever
+nothing is queued. The driver never decides what the machine does: it only answers. When the transcript cannot
 answer what the machine waits for (the machine compacts where Claude Code called the model, a
 result arrives for a tool the machine has not started, ``step()`` rejects an event), the driver
 stops there and says why; the trace then ends without an end record.
@@ -18,14 +22,16 @@ stops there and says why; the trace then ends without an end record.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeAlias
 
 import attrs
 
 from effects.importer.convert import INTERRUPT_TEXTS
 from effects.importer.infer import stop_reason_for, traits_for
 from effects.importer.segment import Item
-from reducer import IllegalEvent, LoopConfig, LoopState, Request, Session, start, step
+from reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
+from reducer.drive import drive
 from reducer.effects import (
     AskPermission,
     CancelModelCall,
@@ -60,6 +66,9 @@ from reducer.messages import (
     UserMessage,
 )
 from reducer.transitions import Terminal
+
+Fed: TypeAlias = tuple[Event, tuple[str, ...]]
+"""An event the transcript implies and the inference rules that supplied it (none: observed)."""
 
 __all__ = ["UNKNOWN_TOOL_PREFIX", "TurnDriver", "api_failure_kind"]
 
@@ -138,9 +147,11 @@ class TurnDriver:
         self._open: _Open | None = None
         self._now = request.at_ms
         self._line: int | None = None
+        self._request = request
+        self._session = session
+        self._script: Iterator[Fed] | None = None
+        self._rules: dict[int, tuple[str, ...]] = {}  # id(event) -> the rules that inferred it
         self.state: LoopState
-        self.state, fx = start(request, config, session)
-        self._absorb(fx)
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -157,56 +168,69 @@ class TurnDriver:
             self.stuck = why
             self.stuck_line = self._line
 
-    def feed(self, event: Event, *rules: str) -> bool:
-        if not self.active:
-            return False
-        try:
-            state, fx = step(self.state, event, self.config)
-        except IllegalEvent as e:
-            self._stop(f"step() rejects {type(event).__name__}: {e}")
-            return False
-        self.events.append(event)
-        for rule in rules:
-            self.inferred[rule].append(len(self.events))
+    def _observe(self, event: Event | None, state: LoopState, *_: Any) -> None:
         self.state = state
-        self._absorb(fx)
-        return True
+        if event is None:
+            return
+        self.events.append(event)
+        for rule in self._rules.pop(id(event), ()):
+            self.inferred[rule].append(len(self.events))
 
-    def _absorb(self, fx: tuple[Effect, ...]) -> None:
-        later: list[tuple[Event, str]] = []
+    def _answer(self, event: Event, *rules: str) -> Event:
+        if rules:
+            self._rules[id(event)] = rules
+        return event
+
+    def perform(self, effect: Effect, state: LoopState) -> Iterable[Event] | None:
+        """The world's side of an effect (:class:`reducer.drive.World`): what the machine
+        emits is collected; permissions, waits and summaries are answered at once."""
         n = len(self.events)
-        for e in fx:
-            if isinstance(e, Emit):
-                item = e.item
-                if isinstance(item, Tombstone):  # the writer removes it from the transcript
-                    self.emitted = [(k, m) for k, m in self.emitted if m.id != item.message_id]
-                elif isinstance(item, (UserMessage, AssistantMessage, SystemMessage)) or hasattr(
-                    item, "attachment_type"
-                ):
-                    self.emitted.append((n, item))  # type: ignore[arg-type]
-            elif isinstance(e, AskPermission):  # IMP-15: every permission was given
-                later.append(
-                    (
-                        PermissionAnswered(
-                            generation=e.generation,
-                            tool_use_id=e.tool_use_id,
-                            decision="allow",
-                            at_ms=self._now,
-                        ),
-                        "IMP-15",
-                    )
+        if isinstance(effect, Emit):
+            item = effect.item
+            if isinstance(item, Tombstone):  # the writer removes it from the transcript
+                self.emitted = [(k, m) for k, m in self.emitted if m.id != item.message_id]
+            elif isinstance(item, (UserMessage, AssistantMessage, SystemMessage)) or hasattr(
+                item, "attachment_type"
+            ):
+                self.emitted.append((n, item))  # type: ignore[arg-type]
+        elif isinstance(effect, AskPermission):  # IMP-15: every permission was given
+            return [
+                self._answer(
+                    PermissionAnswered(
+                        generation=effect.generation,
+                        tool_use_id=effect.tool_use_id,
+                        decision="allow",
+                        at_ms=self._now,
+                    ),
+                    "IMP-15",
                 )
-            elif isinstance(e, Wait):  # IMP-17: the wait elapsed (retries leave no timing)
-                later.append((WaitElapsed(wait_id=e.wait_id, at_ms=self._now), "IMP-17"))
-            elif isinstance(e, SummarizeToolUse):  # the gate is off in 2.1.88; none recorded
-                later.append((ToolUseSummaryReady(summary_id=e.summary_id, summary=None), "IMP-16"))
-            elif isinstance(e, Finish):
-                self.terminal = e.terminal
-            elif isinstance(e, CancelModelCall) and self._open is not None:
-                if e.call_id == self._open.call_id:
-                    self._open = None
-        for event, rule in later:
-            self.feed(event, rule)
+            ]
+        elif isinstance(effect, Wait):  # IMP-17: the wait elapsed (retries leave no timing)
+            return [self._answer(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now), "IMP-17")]
+        elif isinstance(effect, SummarizeToolUse):  # the gate is off in 2.1.88; none recorded
+            return [
+                self._answer(
+                    ToolUseSummaryReady(summary_id=effect.summary_id, summary=None), "IMP-16"
+                )
+            ]
+        elif isinstance(effect, Finish):
+            self.terminal = effect.terminal
+        elif isinstance(effect, CancelModelCall) and self._open is not None:
+            if effect.call_id == self._open.call_id:
+                self._open = None
+        return None
+
+    def next_event(self, state: LoopState) -> Event | None:
+        """The next event the transcript implies (:class:`reducer.drive.World`); None once the
+        turn's records are used up or the driver cannot go on."""
+        self.state = state
+        if self._script is None or not self.active:
+            return None
+        fed = next(self._script, None)
+        if fed is None:
+            return None
+        event, rules = fed
+        return self._answer(event, *rules)
 
     # -- what the machine waits for ------------------------------------------------------------
 
@@ -231,11 +255,24 @@ class TurnDriver:
     # -- one method per kind of record ---------------------------------------------------------
 
     def run(self, items: list[Item], *, may_answer_empty: bool) -> None:
-        """Feed the turn's records (all but the prompt). ``may_answer_empty``: the transcript
-        goes on after this turn, so a model call it shows no answer for had an empty one."""
+        """Drive the turn through its records (all but the prompt). ``may_answer_empty``: the
+        transcript goes on after this turn, so a model call it shows no answer for had an
+        empty one."""
+        self.prepare(items, may_answer_empty=may_answer_empty)
+        try:
+            drive(self, self._request, self.config, self._session, observer=self._observe)
+        except IllegalEvent as e:
+            self._stop(f"step() rejects {type(e.event).__name__}: {e}")
+
+    def prepare(self, items: list[Item], *, may_answer_empty: bool) -> None:
+        """Make this world ready to answer a turn of these records, for :meth:`run` or for
+        :func:`reducer.drive.check_world`."""
         self.last_turn = not may_answer_empty
         self._interrupted_results = _interrupted_results(items)
         self._hook_stopped = _hook_stopped_results(items)
+        self._script = self._feed_all(items, may_answer_empty)
+
+    def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Iterator[Fed]:
         i = 0
         while i < len(items) and self.active:
             it = items[i]
@@ -245,42 +282,42 @@ class TurnDriver:
             kind = it.kind
             j = i + 1
             if kind == "block":
-                self._block(it)
+                yield from self._block(it)
             elif kind == "result":
-                self._result(it)
+                yield from self._result(it)
             elif kind == "interrupt":
-                self._interrupt(it)
+                yield from self._interrupt(it)
             elif kind in ("stop_feedback", "stop_summary", "stop_prevent"):
                 while j < len(items) and items[j].kind in ("stop_feedback", "stop_prevent"):
                     j += 1
                 if j < len(items) and items[j].kind == "stop_summary" and kind != "stop_summary":
                     j += 1
-                self._stop_hooks(items[i:j])
+                yield from self._stop_hooks(items[i:j])
             elif kind == "compact":
                 while j < len(items) and items[j].kind == "compact_summary":
                     j += 1
-                self._compact(items[i:j])
+                yield from self._compact(items[i:j])
             elif kind == "inserted":
                 while j < len(items) and items[j].kind == "inserted":
                     j += 1
-                self._insert(items[i:j])
+                yield from self._insert(items[i:j])
             elif kind == "api_error":
-                self._api_error(it, items[j] if j < len(items) else None)
+                yield from self._api_error(it, items[j] if j < len(items) else None)
             elif kind == "command":
-                self._command(it)
+                yield from self._command(it)
             i = j
         if self.active:
             self._line = items[-1].line if items else self._line
-            self._finish(may_answer_empty)
+            yield from self._finish(may_answer_empty)
 
-    def _end_response(self, *, mot: bool = False) -> None:
+    def _end_response(self, *, mot: bool = False) -> Iterator[Fed]:
         o = self._open
         assert o is not None
         self._open = None
         last = o.last
         reason = stop_reason_for(last.stop_reason, o.has_tool_use, mot)
         rules = ("IMP-14",) if last.stop_reason is None else ()
-        self.feed(
+        yield (
             ModelResponseEnded(
                 call_id=o.call_id,
                 model=last.model or self.state.model,
@@ -288,12 +325,12 @@ class TurnDriver:
                 usage=last.usage or Usage(),
                 at_ms=self._now,
             ),
-            *rules,
+            rules,
         )
 
-    def _answer_empty(self) -> None:
+    def _answer_empty(self) -> Iterator[Fed]:
         """IMP-16: a call the transcript shows no answer for had an empty one."""
-        self.feed(
+        yield (
             ModelResponseEnded(
                 call_id=self.state.round.call_id,
                 model=self.state.model,
@@ -301,14 +338,14 @@ class TurnDriver:
                 usage=Usage(),
                 at_ms=self._now,
             ),
-            "IMP-16",
+            ("IMP-16",),
         )
 
-    def _block(self, it: Item) -> None:
+    def _block(self, it: Item) -> Iterator[Fed]:
         m = it.message
         assert isinstance(m, AssistantMessage)
         if self._open is not None and self._open.response_id != m.response_id:
-            self._end_response()
+            yield from self._end_response()
         if not self.active:
             return
         if self._open is None:
@@ -332,11 +369,11 @@ class TurnDriver:
                 )
                 rules = ("IMP-12",)
                 o.has_tool_use = True
-            self.feed(
+            yield (
                 ModelBlockReceived(
                     call_id=o.call_id, block=b, tool=traits, at_ms=it.at_ms or self._now
                 ),
-                *rules,
+                rules,
             )
         o.last = m
 
@@ -346,22 +383,22 @@ class TurnDriver:
                 return sl.status
         return None
 
-    def _result(self, it: Item) -> None:
+    def _result(self, it: Item) -> Iterator[Fed]:
         m = it.message
         assert isinstance(m, UserMessage)
         if it.line in self._interrupted_results:  # IMP-21: the user's interrupt, not the tool
             if self.terminal is None:
                 if self._open is not None:
-                    self._end_response()
-                self.feed(Interrupted(kind="hard", at_ms=it.at_ms or self._now), "IMP-21")
+                    yield from self._end_response()
+                yield Interrupted(kind="hard", at_ms=it.at_ms or self._now), ("IMP-21",)
             return
         for b in m.content:
             if isinstance(b, ToolResultBlock):
-                self._deliver(b, it)
+                yield from self._deliver(b, it)
                 if not self.active:
                     return
 
-    def _deliver(self, b: ToolResultBlock, it: Item) -> None:
+    def _deliver(self, b: ToolResultBlock, it: Item) -> Iterator[Fed]:
         for _ in range(3):
             status = self._slot_status(b.tool_use_id)
             if status is None:
@@ -382,7 +419,7 @@ class TurnDriver:
             if status == "done":
                 return  # the machine's own result (synthetic, sibling-cancelled, unknown tool)
             if status == "running":
-                self.feed(
+                yield (
                     ToolFinished(
                         generation=self.state.round.generation,
                         tool_use_id=b.tool_use_id,
@@ -390,23 +427,24 @@ class TurnDriver:
                         is_error=b.is_error,
                         hook_stopped=it.line in self._hook_stopped,
                         at_ms=it.at_ms or self._now,
-                    )
+                    ),
+                    (),
                 )
                 return
             if status == "asking":  # pragma: no cover - permissions are answered at once
-                self.feed(
+                yield (
                     PermissionAnswered(
                         generation=self.state.round.generation,
                         tool_use_id=b.tool_use_id,
                         decision="allow",
                         at_ms=self._now,
                     ),
-                    "IMP-15",
+                    ("IMP-15",),
                 )
                 continue
             # queued: the machine has not started it yet
             if self._open is not None:
-                self._end_response()
+                yield from self._end_response()
                 if not self.active:
                     return
                 continue
@@ -419,18 +457,18 @@ class TurnDriver:
             f"is {self._waits()})"
         )
 
-    def _interrupt(self, it: Item) -> None:
+    def _interrupt(self, it: Item) -> Iterator[Fed]:
         if self.terminal is not None:
             return
         if it.text == INTERRUPT_TOOLS and self._open is not None:
-            self._end_response()
-        self.feed(Interrupted(kind="hard", at_ms=it.at_ms or self._now))
+            yield from self._end_response()
+        yield Interrupted(kind="hard", at_ms=it.at_ms or self._now), ()
 
-    def _stop_hooks(self, group: list[Item]) -> None:
+    def _stop_hooks(self, group: list[Item]) -> Iterator[Fed]:
         if self._open is not None:
-            self._end_response()
+            yield from self._end_response()
         if self.active and self._call_waiting():
-            self._answer_empty()
+            yield from self._answer_empty()
         if not self.active:
             return
         if self.state.phase != "stop_hooks":
@@ -460,7 +498,7 @@ class TurnDriver:
                     stop_reason = rec["stopReason"]
         if not hook_count:
             hook_count = max(1, len(feedback)) if (feedback or prevent) else 0
-        self.feed(
+        yield (
             StopHooksFinished(
                 hooks_id=self.state.round.pending_id,
                 blocking_errors=tuple(feedback),
@@ -468,12 +506,13 @@ class TurnDriver:
                 stop_reason=stop_reason,
                 hook_count=hook_count,
                 at_ms=group[-1].at_ms or self._now,
-            )
+            ),
+            (),
         )
 
-    def _compact(self, group: list[Item]) -> None:
+    def _compact(self, group: list[Item]) -> Iterator[Fed]:
         if self._open is not None:
-            self._end_response()
+            yield from self._end_response()
         if not self.active:
             return
         if self.state.phase != "compacting":
@@ -486,15 +525,16 @@ class TurnDriver:
             )
             return
         messages = tuple(it.message for it in group if it.message is not None)
-        self.feed(
+        yield (
             CompactionFinished(
                 compact_id=self.state.round.pending_id,
                 messages=messages,
                 at_ms=group[0].at_ms or self._now,
-            )
+            ),
+            (),
         )
 
-    def _insert(self, group: list[Item]) -> None:
+    def _insert(self, group: list[Item]) -> Iterator[Fed]:
         from reducer import events as ev
 
         cls: Any = getattr(ev, "MessagesInserted", None)
@@ -502,30 +542,31 @@ class TurnDriver:
             self._stop("messages inserted without a model call are not supported")
             return
         if self._open is not None:
-            self._end_response()
-        self.feed(
+            yield from self._end_response()
+        yield (
             cls(
                 messages=tuple(it.message for it in group if it.message is not None),
                 at_ms=group[0].at_ms or self._now,
-            )
+            ),
+            (),
         )
 
-    def _api_error(self, it: Item, after: Item | None) -> None:
+    def _api_error(self, it: Item, after: Item | None) -> Iterator[Fed]:
         m = it.message
         assert isinstance(m, AssistantMessage)
         err = m.api_error
         if err is not None and err.kind == "max_output_tokens":
             if self._open is not None:  # IMP-14: the response before it stopped at max_tokens
-                self._end_response(mot=True)
+                yield from self._end_response(mot=True)
             return  # the machine writes this error itself when recovery is exhausted
         if self._open is not None:
-            self._end_response()
+            yield from self._end_response()
         kind = api_failure_kind(m)
         text = err.message.removeprefix("API Error: ") if err is not None else ""
         for _ in range(self.config.retry.max_retries + 2):
             if not self.active or not self._call_waiting():
                 break
-            self.feed(
+            yield (
                 ModelCallFailed(
                     call_id=self.state.round.call_id,
                     kind=kind,
@@ -533,31 +574,29 @@ class TurnDriver:
                     status=err.status if err is not None else None,
                     at_ms=it.at_ms or self._now,
                 ),
-                "IMP-17",
+                ("IMP-17",),
             )
 
-    def _command(self, it: Item) -> None:
+    def _command(self, it: Item) -> Iterator[Fed]:
         """IMP-18: a queued prompt taken off the queue while the turn ran rode along as a
         queued-command attachment (the session pairs the removal with its enqueue)."""
         assert it.command is not None
-        self.feed(
-            CommandQueued(command_id=f"q{it.line}", text=it.command, at_ms=it.at_ms), "IMP-18"
-        )
+        yield CommandQueued(command_id=f"q{it.line}", text=it.command, at_ms=it.at_ms), ("IMP-18",)
 
-    def _finish(self, may_answer_empty: bool) -> None:
+    def _finish(self, may_answer_empty: bool) -> Iterator[Fed]:
         if self._open is not None:
-            self._end_response()
+            yield from self._end_response()
         for _ in range(64):
             if not self.active:
                 return
             phase = self.state.phase
             if phase == "stop_hooks":  # IMP-16: no stop-hook record, so no hook ran
-                self.feed(
+                yield (
                     StopHooksFinished(hooks_id=self.state.round.pending_id, at_ms=self._now),
-                    "IMP-16",
+                    ("IMP-16",),
                 )
             elif self._call_waiting() and may_answer_empty:
-                self._answer_empty()
+                yield from self._answer_empty()
             else:
                 self._stop(f"the transcript's turn ends here while the machine is {self._waits()}")
                 return

@@ -32,6 +32,7 @@ __all__ = [
     "FileReport",
     "TurnReport",
     "import_file",
+    "turn_driver",
 ]
 
 #: The importer's name and rule-set version, written into every trace's provenance.
@@ -195,7 +196,12 @@ def import_file(
     if not src.is_transcript:
         report.problems = list(src.problems)
         return report
-    ths = threads(src)
+    try:
+        ths = threads(src)
+    except Exception as e:  # a bug of the importer must not end the import with a traceback
+        src.problem(None, f"the importer failed following the chain ({type(e).__name__}: {e})")
+        report.problems = list(src.problems)
+        return report
     report.threads = len(ths)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -206,31 +212,51 @@ def import_file(
     for th in ths:
         if th.kind != "main":
             side += 1
-        tag = _thread_tag(th, side)
-        for turn in _import_thread(src, th):
-            rep, driver, cfg, request, session, _seg = turn
-            path_out: Path | None = None
-            if out_dir is not None and names is not None:
-                path_out = names.take(f"{stem}{tag}.t{rep.turn:03d}")
-                prov = make_provenance(
-                    source=src.name,
-                    source_lines=f"{rep.lines[0]}-{rep.lines[1]}",
-                    session_id=rep.session_id,
-                    thread=rep.thread,
-                    claude_code_version=rep.version,
-                    importer=IMPORTER,
-                    turn=rep.turn,
-                    reproduced=rep.reproduced,
-                    divergence=rep.divergence.describe() if rep.divergence else None,
-                    cause=rep.divergence.cause if rep.divergence else None,
-                    inferred=_inferred_text(driver.inferred),
-                )
-                record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
-                rep.trace = path_out.name
-            report.turns.append(rep)
-            del turn, driver, cfg, request, session, _seg  # release the turn before the next
+        try:
+            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, names, report)
+        except OSError as e:  # the output folder: full, read-only, ...
+            src.problem(None, f"cannot write the traces: {e.strerror or e}")
+        except Exception as e:  # a bug of the importer must not end the import with a traceback
+            src.problem(
+                src.index.line[th.rows[0]] if th.rows else None,
+                f"the importer failed on this thread ({type(e).__name__}: {e}); its remaining "
+                "turns are not imported (please report this)",
+            )
     report.problems = list(src.problems)
     return report
+
+
+def _import_turns(
+    src: SourceFile,
+    th: Thread,
+    tag: str,
+    stem: str,
+    out_dir: Path | None,
+    names: _Names | None,
+    report: FileReport,
+) -> None:
+    for turn in _import_thread(src, th):
+        rep, driver, cfg, request, session, _seg = turn
+        path_out: Path | None = None
+        if out_dir is not None and names is not None:
+            path_out = names.take(f"{stem}{tag}.t{rep.turn:03d}")
+            prov = make_provenance(
+                source=src.name,
+                source_lines=f"{rep.lines[0]}-{rep.lines[1]}",
+                session_id=rep.session_id,
+                thread=rep.thread,
+                claude_code_version=rep.version,
+                importer=IMPORTER,
+                turn=rep.turn,
+                reproduced=rep.reproduced,
+                divergence=rep.divergence.describe() if rep.divergence else None,
+                cause=rep.divergence.cause if rep.divergence else None,
+                inferred=_inferred_text(driver.inferred),
+            )
+            record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
+            rep.trace = path_out.name
+        report.turns.append(rep)
+        del turn, driver, cfg, request, session, _seg  # release the turn before the next
 
 
 def _inferred_text(inferred: dict[str, list[int]]) -> str:
@@ -276,16 +302,7 @@ def _import_thread(
         )
         request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
-        unknown = frozenset(
-            b.tool_use_id
-            for it in items
-            if it.kind == "result" and isinstance(it.message, UserMessage)
-            for b in it.message.content
-            if isinstance(b, ToolResultBlock) and b.content.startswith(UNKNOWN_TOOL_PREFIX)
-        )
-        driver = TurnDriver(
-            cfg, request, session, unknown_tools=unknown, sibling_cancelling=_sibling_rounds(items)
-        )
+        driver = turn_driver(items, cfg, request, session)
         driver.run(items[1:], may_answer_empty=more)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
@@ -327,6 +344,23 @@ def _import_thread(
         yield rep, driver, cfg, request, session, seg
         del driver, rep, request, session  # one turn at a time: release it before the next
         conv = _extend(conv, items)
+
+
+def turn_driver(
+    items: list[Item], config: LoopConfig, request: Request, session: Session | None
+) -> TurnDriver:
+    """The driver (the transcript as a world) for a turn's records, with what it must know
+    of them ahead (IMP-12: unknown tools, responses whose failing call cancelled siblings)."""
+    unknown = frozenset(
+        b.tool_use_id
+        for it in items
+        if it.kind == "result" and isinstance(it.message, UserMessage)
+        for b in it.message.content
+        if isinstance(b, ToolResultBlock) and b.content.startswith(UNKNOWN_TOOL_PREFIX)
+    )
+    return TurnDriver(
+        config, request, session, unknown_tools=unknown, sibling_cancelling=_sibling_rounds(items)
+    )
 
 
 def _sibling_rounds(items: list[Item]) -> frozenset[str]:

@@ -20,8 +20,10 @@ import pytest
 
 from effects.cli import DEMO_PROMPT, SAMPLE_PROJECT, demo_script, main
 from effects.importer import import_paths
+from effects.importer.chain import threads
 from effects.importer.compare import comparable
-from effects.importer.session import FileReport, import_file
+from effects.importer.session import FileReport, _import_thread, import_file, turn_driver
+from effects.importer.source import read_source
 from effects.run import PermissionPolicy, PermissionRequest, run
 from effects.scripted import ScriptedModel
 from effects.tools import ToolRegistry, builtin_tools
@@ -35,6 +37,7 @@ from effects.trace import (
 )
 from reducer import claude_code_2_1_88
 from reducer.config import profile_for
+from reducer.drive import check_world
 from reducer.effects import Emit
 from reducer.events import CommandQueued, Interrupted, MessagesInserted
 from reducer.messages import AssistantMessage, AttachmentMessage, SystemMessage, UserMessage
@@ -371,6 +374,25 @@ def _emitted(path: Path) -> list[Any]:
                 ):
                     out.append(comparable(e.item))
     return out
+
+
+@pytest.mark.spec("W-PROTO-5", "IMP-11")
+@pytest.mark.parametrize(
+    "name",
+    ["spotter/tool_heavy.jsonl", "spotter/subagent.jsonl", "ccviewer/1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl",
+     "fasthooks/sample_main_transcript.jsonl"],
+)  # fmt: skip
+def test_the_transcript_is_a_world_that_keeps_the_protocol(name: str) -> None:
+    """Every turn, driven by reducer.drive.check_world: every request answered once, no answer
+    to a withdrawn or unopened request, every event accepted."""
+    src = read_source(DATA / name, name)
+    for th in threads(src):
+        for rep, driver, cfg, request, session, seg in _import_thread(src, th):
+            world = turn_driver(seg.items, cfg, request, session)
+            world.prepare(seg.items[1:], may_answer_empty=not driver.last_turn)
+            conf = check_world(world, request, cfg, session)
+            assert conf.ok, (rep.turn, conf.problems)
+            assert conf.outcome is not None and conf.outcome.status == "finished"
 
 
 def test_inserted_and_queued_events_appear_in_traces(traces: Path) -> None:
