@@ -21,6 +21,7 @@ from typing import Any
 from benchmarks import (
     counterfactual,
     external,
+    import_speed,
     loop_overhead,
     round_cost,
     sdk_overhead,
@@ -36,7 +37,8 @@ ITEMS = {
     "4": "streaming_tools",
     "5": "sdk_overhead",
     "6": "explorer",
-    "7": "counterfactual",
+    "7": "import_speed",
+    "8": "counterfactual",
 }
 
 
@@ -80,6 +82,10 @@ def item_explorer(quick: bool) -> dict[str, Any]:
     return external.explorer(quick)
 
 
+def item_import_speed(quick: bool) -> dict[str, Any]:
+    return import_speed.measure((1, 2) if quick else (1, 4, 16))
+
+
 def item_counterfactual(quick: bool) -> dict[str, Any]:
     rounds, reps = ((300, 1_000), 2) if quick else ((1_000, 10_000), 3)
     return counterfactual.measure(rounds, reps)
@@ -92,6 +98,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "streaming_tools": item_streaming_tools,
     "sdk_overhead": item_sdk_overhead,
     "explorer": item_explorer,
+    "import_speed": item_import_speed,
     "counterfactual": item_counterfactual,
 }
 

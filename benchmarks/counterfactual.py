@@ -1,4 +1,4 @@
-"""Counterfactual replay against exact replay, per event, by trace length (item 7).
+"""Counterfactual replay against exact replay, per event, by trace length (item 8).
 
 A synthetic session of ``rounds`` tool rounds (the model says a line and reads a file, the
 permission is granted, the tool answers; five events a round) whose history is never compacted:

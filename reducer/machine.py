@@ -63,6 +63,7 @@ from reducer.events import (
     CompactionFinished,
     Event,
     Interrupted,
+    MessagesInserted,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
@@ -452,10 +453,11 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
         s = _discard_attempt(s, fx, tombstone=True)
         r = s.round
     block = e.block
-    if isinstance(block, ToolUseBlock) and not e.input_complete:
-        return s  # [R-TOOL-4] a truncated tool input is never emitted, stored or run
+    if not e.input_complete:
+        return s  # [R-TOOL-4] a truncated tool (or server tool) input is never emitted or stored
     n = s.ids.msg + 1
-    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=s.model, content=(block,))
+    model = e.model or s.model  # [R-MODEL-1] the serving model, once the client knows it
+    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,))
     fx.append(Emit(item=rec))
     blocks = (*r.blocks, rec)
     ids = evolve(s.ids, msg=n)
@@ -511,7 +513,11 @@ def _schedule(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
         if sl.status != "queued":
             continue
         safe = sl.traits.concurrency_safe
-        allowed_now = r.ended or (safe and cfg.gates.streaming_tool_execution)
+        # [Q-12] the reference starts a non-safe tool mid-stream too, when nothing executes
+        allowed_now = r.ended or (
+            cfg.gates.streaming_tool_execution
+            and (safe or cfg.compat.nonsafe_tools_start_mid_stream)
+        )
         if allowed_now and (not busy or (safe and all_safe)):
             slots[i] = evolve(sl, status="asking")
             fx.append(
@@ -708,7 +714,7 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
     if _late_call(s, e):
         return s
     r = s.round
-    r = evolve(r, ended=True, stop_reason=e.stop_reason, usage=e.usage)
+    r = evolve(r, ended=True, stop_reason=e.stop_reason, usage=e.usage, blocks=_served(r, e))
     s = evolve(
         s,
         round=r,
@@ -735,6 +741,14 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             return _after_tools(s, cfg, fx, e.at_ms)
         return s
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _served(r: Round, e: ModelResponseEnded) -> tuple[AssistantMessage, ...]:
+    """[R-MODEL-1] the response's records name the model that served it (``e.model``)."""
+    served = e.model
+    if not served or all(b.model == served for b in r.blocks):
+        return r.blocks
+    return tuple(evolve(b, model=served) for b in r.blocks)
 
 
 def _emit_ready_summary(s: LoopState, fx: FX) -> LoopState:
@@ -1446,6 +1460,24 @@ def on_compaction_failed(s: LoopState, e: CompactionFailed, cfg: LoopConfig, fx:
     return _blocking_then_call(s, cfg, fx)
 
 
+def on_messages_inserted(s: LoopState, e: MessagesInserted, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[R-INSERT-1] messages the shell adds join the conversation before the model answers:
+    the outstanding call (which has produced nothing) is withdrawn, the messages are emitted
+    and appended, and the round begins again with them (its pipeline, then a new call)."""
+    r = s.round
+    if r.blocks or r.ended:
+        raise IllegalEvent(
+            s.phase,
+            e,
+            allowed_events(s.phase),
+            f"model call {r.call_id} has already answered; messages are inserted before an answer",
+        )
+    fx.append(CancelModelCall(call_id=r.call_id))
+    fx.extend(Emit(item=m) for m in e.messages)
+    s = evolve(s, conversation=s.conversation.extend(e.messages))
+    return _begin_round(s, cfg, fx, e.at_ms)
+
+
 def on_command_queued(s: LoopState, e: CommandQueued, cfg: LoopConfig, fx: FX) -> LoopState:
     return evolve(s, queued_commands=(*s.queued_commands, (e.command_id, e.text)))
 
@@ -1524,6 +1556,7 @@ TABLE: dict[Phase, dict[type, Handler]] = {
         ModelCallFailed: on_call_failed,
         ToolFinished: on_tool_finished,
         PermissionAnswered: on_permission,
+        MessagesInserted: on_messages_inserted,
     },
     "waiting_retry": {**_LATE, **_ALWAYS, WaitElapsed: on_wait_elapsed},
     "running_tools": {

@@ -1,4 +1,4 @@
-"""Item 7 (benchmarks/counterfactual.py) on small sessions: it re-runs the whole session from
+"""Item 8 (benchmarks/counterfactual.py) on small sessions: it re-runs the whole session from
 the recording and reports what it measured."""
 
 from __future__ import annotations
@@ -27,6 +27,6 @@ def test_the_item_measures_both_replays_at_every_size() -> None:
         },
         "command": "test",
         "quick": True,
-        "items": {"7_counterfactual": out},
+        "items": {"8_counterfactual": out},
     }
-    assert "## 7. Counterfactual replay" in markdown(report)
+    assert "## 8. Counterfactual replay" in markdown(report)

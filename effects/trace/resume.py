@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from effects.trace.format import StepRecord, TraceError, TraceHeader
-from effects.trace.provenance import make_provenance
+from effects.trace.provenance import client_secrets, make_provenance
 from effects.trace.read import TraceReader
 from effects.trace.record import TraceRecorder
 from effects.trace.replay import _check_step, _Walk
@@ -169,6 +169,7 @@ class Resumption:
             window=header.message_window,
             provenance=prov,
             secrets=secrets,
+            turn=(header.config, header.session, header.request),
         )
         self.synthesized: list[Event] = []
         """Events resume made up for work cut off mid-way, already stepped and recorded."""
@@ -205,6 +206,7 @@ class Resumption:
 
         header = self.point.header
         resume = (self.state, self.effects) if self.state is not None else None
+        self.recorder.add_secrets(client_secrets(kwargs.get("model")))
         return run(
             header.request,
             config=header.config,
