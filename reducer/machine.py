@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias, assert_never
 
+import attrs
+
 from reducer._replace import evolve as _fast_evolve
 from reducer.config import QUERY_SOURCES_NO_BLOCKING, LoopConfig
 from reducer.context import collapse, microcompact, persisted_preview, snip
@@ -380,7 +382,7 @@ def _blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
         fx.append(Emit(item=err))
         fresh = Round(call_id=s.ids.call, generation=s.ids.generation + 1)  # no call was made
         s = evolve(s, conversation=s.conversation.append(err), round=fresh)
-        return _finish(s, cfg, fx, BlockingLimit())
+        return _finish(s, cfg, fx, BlockingLimit)
     return _call_model(s, cfg, fx, fresh=True)
 
 
@@ -706,7 +708,7 @@ def _after_slot_change(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopS
         return _after_tools(s, cfg, fx, now)
     if s.phase == "draining":
         assert r.pending_terminal is not None
-        return _finish_aborted(s, cfg, fx, r.pending_terminal)
+        return _finish_aborted(s, cfg, fx, type(r.pending_terminal))
     return s
 
 
@@ -826,7 +828,7 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         )
         fx.append(Emit(item=err))
         s = _commit(s, [err])
-        return _finish(s, cfg, fx, ImageError())
+        return _finish(s, cfg, fx, ImageError)
     # prompt too long, media, auth, invalid request: the attempt produced no usable output
     s = _discard_attempt(s, fx, tombstone=True)
     if kind == "prompt_too_long":  # [R-PTL-1]
@@ -864,7 +866,7 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
     fx.append(Emit(item=err))
     s = _commit(s, [err])
     return _finish(
-        s, cfg, fx, ModelError(error=ErrorInfo(kind=e.kind, message=text, status=e.status))
+        s, cfg, fx, ModelError, error=ErrorInfo(kind=e.kind, message=text, status=e.status)
     )
 
 
@@ -991,19 +993,19 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
                     tokens_freed=s.tokens_freed + freed,
                     ids=evolve(s.ids, msg=s.ids.msg + 1),
                 )
-                return _continue(s, cfg, fx, CollapseDrainRetry(committed=committed), now)
+                return _continue(s, cfg, fx, CollapseDrainRetry, now, committed=committed)
         if cfg.gates.reactive_compact and not s.has_attempted_reactive_compact:
             return _reactive_compact(s, cfg, fx)  # [C-REACTIVE-1]
-        return _surface(s, cfg, fx, PromptTooLong())  # [T-PTL-1] no stop hooks [G2]
+        return _surface(s, cfg, fx, PromptTooLong)  # [T-PTL-1] no stop hooks [G2]
     if kind == "media":
         if cfg.media_recovery_enabled and not s.has_attempted_reactive_compact:
             return _reactive_compact(s, cfg, fx)  # [G5]
-        return _surface(s, cfg, fx, ImageError())
+        return _surface(s, cfg, fx, ImageError)
     if kind == "max_output_tokens":
         return _mot_ladder(s, cfg, fx, now)
     if r.error_message is not None:  # [G1] an API error ends the turn without stop hooks
         s = _commit(s, [r.error_message])
-        return _finish(s, cfg, fx, Completed())
+        return _finish(s, cfg, fx, Completed)
     hid = s.ids.hooks + 1
     s = evolve(
         s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid)
@@ -1018,7 +1020,7 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     return s
 
 
-def _surface(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
+def _surface(s: LoopState, cfg: LoopConfig, fx: FX, terminal: type[Terminal]) -> LoopState:
     """Recovery failed: the withheld error is finally emitted and ends the turn."""
     w = s.round.withheld
     assert w is not None
@@ -1054,7 +1056,7 @@ def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         # the truncated attempt is dropped; its emitted blocks are tombstoned unless [Q-7]
         if not cfg.compat.no_tombstone_on_escalate:
             fx.extend(Emit(item=Tombstone(message_id=b.id)) for b in s.round.blocks)
-        return _continue(s, cfg, fx, MaxOutputTokensEscalate(), now)
+        return _continue(s, cfg, fx, MaxOutputTokensEscalate, now)
     if s.mot_recovery_count < cfg.mot_recovery_limit:
         attempt = s.mot_recovery_count + 1
         s, nudge = _user(s, MOT_NUDGE, origin="nudge", meta=True)
@@ -1066,8 +1068,8 @@ def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         else:
             fx.append(Emit(item=nudge))
         s = _commit(s, extra)
-        return _continue(s, cfg, fx, MaxOutputTokensRecovery(attempt=attempt), now)
-    return _surface(s, cfg, fx, Completed())  # exhausted: API-error exit [G1]
+        return _continue(s, cfg, fx, MaxOutputTokensRecovery, now, attempt=attempt)
+    return _surface(s, cfg, fx, Completed)  # exhausted: API-error exit [G1]
 
 
 def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
@@ -1090,7 +1092,7 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
         )
         fx.append(Emit(item=att))
         s = _commit(s, [*extra, att])
-        return _finish(s, cfg, fx, StopHookPrevented())
+        return _finish(s, cfg, fx, StopHookPrevented)
     if e.blocking_errors:
         cap = cfg.stop_hook_block_cap
         if cap is not None and s.stop_hook_blocks >= cap:  # [G11] the cap
@@ -1102,14 +1104,14 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
             )
             fx.append(Emit(item=notice))
             s = _commit(s)
-            return _finish(s, cfg, fx, StopHookPrevented())
+            return _finish(s, cfg, fx, StopHookPrevented)
         for text in e.blocking_errors:  # [C-BLOCKING-1]
             s, fb = _user(s, f"Stop hook feedback:\n{text}", origin="stop_hook_feedback", meta=True)
             fx.append(Emit(item=fb))
             extra.append(fb)
         s = _commit(s, extra)
         s = evolve(s, stop_hook_blocks=s.stop_hook_blocks + 1)
-        return _continue(s, cfg, fx, StopHookBlocking(), e.at_ms)
+        return _continue(s, cfg, fx, StopHookBlocking, e.at_ms)
     return _token_budget(s, cfg, fx, e.at_ms)
 
 
@@ -1144,9 +1146,9 @@ def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
                     last_global_turn_tokens=turn,
                 ),
             )
-            return _continue(s, cfg, fx, TokenBudgetContinuation(), now)
+            return _continue(s, cfg, fx, TokenBudgetContinuation, now)
     s = _commit(s)
-    return _finish(s, cfg, fx, Completed())
+    return _finish(s, cfg, fx, Completed)
 
 
 # =============================================================================================
@@ -1175,7 +1177,7 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "PostToolUse"),))
         fx.append(Emit(item=att))
         s = evolve(s, conversation=s.conversation.append(att))
-        return _finish(s, cfg, fx, HookStopped())
+        return _finish(s, cfg, fx, HookStopped)
     if s.tracking.compacted:
         s = evolve(s, tracking=evolve(s.tracking, turn_counter=s.tracking.turn_counter + 1))
     if s.queued_commands:  # [R-CMD-1] queued commands ride along as attachments
@@ -1189,8 +1191,8 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     next_count = s.turn_count + 1
     if cfg.max_turns is not None and next_count > cfg.max_turns:  # [T-MAXTURNS-1]
         s = _max_turns_attachment(s, cfg, fx, next_count)
-        return _finish(s, cfg, fx, MaxTurns(turn_count=next_count))
-    return _continue(s, cfg, fx, NextTurn(), now)
+        return _finish(s, cfg, fx, MaxTurns, turn_count=next_count)
+    return _continue(s, cfg, fx, NextTurn, now)
 
 
 def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int) -> LoopState:
@@ -1207,80 +1209,152 @@ def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int
 # =============================================================================================
 
 
-def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> LoopState:
-    """Write the state fields each Continue changes (specs/ table C-RESET) and start the
-    next round. ``s.conversation`` already holds the messages the next round starts from."""
-    clear_sha = cfg.compat.stop_hook_active_cleared_by_recovery  # [Q-11]
-    sha = s.stop_hook_active
-    match t:
-        case NextTurn():
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=0,
-                has_attempted_reactive_compact=False,
-                max_output_tokens_override=None,
-                turn_count=s.turn_count + 1,
-            )
-        case ReactiveCompactRetry():
-            s = evolve(
-                s,
-                transition=t,
-                has_attempted_reactive_compact=True,
-                max_output_tokens_override=None,
-                tracking=AutoCompactTracking(),
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case MaxOutputTokensEscalate():
-            s = evolve(
-                s,
-                transition=t,
-                max_output_tokens_override=cfg.escalated_max_output_tokens,
-                escalated=True,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case MaxOutputTokensRecovery(attempt=attempt):
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=attempt,
-                max_output_tokens_override=None,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case CollapseDrainRetry():
-            s = evolve(
-                s,
-                transition=t,
-                max_output_tokens_override=None,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case StopHookBlocking():
+# [C-RESET-1] What each Continue writes besides ``transition``, as data: a field and its new
+# value, a constant or one of the writes below. A field not listed is kept. The rows are in
+# specs/rules.md's order; ``steploop graph --static`` and the tests read them.
+
+
+@attrs.frozen
+class Write:
+    """A written value that is not a constant: ``how`` names it (the table's wording)."""
+
+    how: str
+
+    def __repr__(self) -> str:
+        return self.how
+
+
+PLUS_ONE: Final = Write("+1")  # the field's value plus one
+ATTEMPT: Final = Write("attempt")  # the transition's attempt
+ESCALATED: Final = Write("escalated cap")  # cfg.escalated_max_output_tokens
+RESET: Final = Write("reset")  # a fresh AutoCompactTracking()
+KEPT_OR_CLEARED: Final = Write("kept*")  # kept; cleared under [Q-11]
+
+
+@attrs.frozen
+class Reset:
+    """One row of the reset table: the Continue, the rule that defines it, what it writes."""
+
+    transition: type[Continue]
+    rule: str
+    writes: tuple[tuple[str, object], ...]
+
+
+RESETS: Final[tuple[Reset, ...]] = (
+    Reset(
+        NextTurn,
+        "C-NEXT-1",
+        (
+            ("mot_recovery_count", 0),
+            ("has_attempted_reactive_compact", False),
+            ("max_output_tokens_override", None),
+            ("turn_count", PLUS_ONE),
+        ),
+    ),
+    Reset(
+        ReactiveCompactRetry,
+        "C-REACTIVE-1",
+        (
+            ("has_attempted_reactive_compact", True),
+            ("max_output_tokens_override", None),
+            ("tracking", RESET),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+    Reset(
+        MaxOutputTokensRecovery,
+        "C-MOT-1",
+        (
+            ("mot_recovery_count", ATTEMPT),
+            ("max_output_tokens_override", None),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+    Reset(
+        MaxOutputTokensEscalate,
+        "C-ESCALATE-1",
+        (
+            ("max_output_tokens_override", ESCALATED),
+            ("escalated", True),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+    Reset(
+        CollapseDrainRetry,
+        "C-COLLAPSE-1",
+        (("max_output_tokens_override", None), ("stop_hook_active", KEPT_OR_CLEARED)),
+    ),
+    Reset(
+        StopHookBlocking,
+        "C-BLOCKING-1",
+        (
+            ("mot_recovery_count", 0),
             # [G3] has_attempted_reactive_compact is kept across stop-hook retries
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=0,
-                max_output_tokens_override=None,
-                stop_hook_active=True,
-            )
-        case TokenBudgetContinuation():
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=0,
-                has_attempted_reactive_compact=False,
-                max_output_tokens_override=None,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case _:
-            assert_never(t)
+            ("max_output_tokens_override", None),
+            ("stop_hook_active", True),
+        ),
+    ),
+    Reset(
+        TokenBudgetContinuation,
+        "C-BUDGET-1",
+        (
+            ("mot_recovery_count", 0),
+            ("has_attempted_reactive_compact", False),
+            ("max_output_tokens_override", None),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+)
+
+
+def _written(how: Write, field: str) -> Callable[[LoopState, LoopConfig, Any], Any]:
+    if how is PLUS_ONE:
+        return lambda s, cfg, t: getattr(s, field) + 1
+    if how is ATTEMPT:
+        return lambda s, cfg, t: t.attempt
+    if how is ESCALATED:
+        return lambda s, cfg, t: cfg.escalated_max_output_tokens
+    if how is RESET:
+        return lambda s, cfg, t: AutoCompactTracking()
+    if how is KEPT_OR_CLEARED:  # [Q-11]
+        return lambda s, cfg, t: (
+            False if cfg.compat.stop_hook_active_cleared_by_recovery else getattr(s, field)
+        )
+    raise AssertionError(f"no write {how!r}")  # pragma: no cover
+
+
+# each row compiled once: its constants, and a function per computed write
+_RESET_WRITES: Final[
+    dict[type, tuple[dict[str, Any], tuple[tuple[str, Callable[..., Any]], ...]]]
+] = {
+    row.transition: (
+        {f: v for f, v in row.writes if not isinstance(v, Write)},
+        tuple((f, _written(v, f)) for f, v in row.writes if isinstance(v, Write)),
+    )
+    for row in RESETS
+}
+
+
+def _continue(
+    s: LoopState, cfg: LoopConfig, fx: FX, kind: type[Continue], now: int, **payload: int
+) -> LoopState:
+    """Take a Continue: the only place one is made. Write what the reset table says it writes
+    and start the next round. ``s.conversation`` already holds the messages the next round
+    starts from."""
+    t = kind(**payload)
+    constants, computed = _RESET_WRITES[kind]
+    s = evolve(s, transition=t, **constants, **{f: fn(s, cfg, t) for f, fn in computed})
     fx.passed += (t,)
     return _begin_round(s, cfg, fx, now)
 
 
-def _finish(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
-    """End the turn: the summary if one is ready, acknowledgements, then Finish (last)."""
-    aborted = isinstance(terminal, (AbortedStreaming, AbortedTools))
+def _finish(
+    s: LoopState, cfg: LoopConfig, fx: FX, kind: type[Terminal], **payload: Any
+) -> LoopState:
+    """End the turn with a Terminal, the only place one is made: the summary if one is
+    ready, acknowledgements, then Finish (last)."""
+    terminal: Terminal = kind(**payload)
+    aborted = kind is AbortedStreaming or kind is AbortedTools
     if s.summary_text is not None and not (
         aborted and cfg.compat.summary_dropped_on_abort
     ):  # [Q-10]
@@ -1339,7 +1413,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
             if phase == "waiting_retry"
             else CancelCompaction(compact_id=r.pending_id)
         )
-        return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
+        return _end_aborted(s, cfg, fx, kind, AbortedStreaming)
     if phase == "streaming":  # [I-2]
         fx.append(CancelModelCall(call_id=r.call_id))
         s = evolve(s, round=evolve(r, ended=True))
@@ -1351,7 +1425,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
                 phase="draining",
                 round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind),
             )
-        return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
+        return _end_aborted(s, cfg, fx, kind, AbortedStreaming)
     if phase == "running_tools":  # [I-3]
         s, drains = _abort_slots(s, fx, kind)
         s = _release(s, cfg, fx)
@@ -1361,7 +1435,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
                 phase="draining",
                 round=evolve(s.round, pending_terminal=AbortedTools(), abort_kind=kind),
             )
-        return _end_aborted(s, cfg, fx, kind, AbortedTools())
+        return _end_aborted(s, cfg, fx, kind, AbortedTools)
     if phase == "draining":  # [I-4] a second, hard interrupt stops the block tools too
         if kind == "submit":
             return s
@@ -1369,7 +1443,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
         s = evolve(s, round=evolve(s.round, abort_kind="hard"))
         s = _release(s, cfg, fx)
         assert s.round.pending_terminal is not None
-        return _finish_aborted(s, cfg, fx, s.round.pending_terminal)
+        return _finish_aborted(s, cfg, fx, type(s.round.pending_terminal))
     if phase == "stop_hooks":  # [I-6]
         fx.append(CancelStopHooks(hooks_id=r.pending_id))
         extra: list[Message] = []
@@ -1378,16 +1452,18 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
             fx.append(Emit(item=m))
             extra.append(m)
         s = _commit(s, extra)
-        return _finish(s, cfg, fx, StopHookPrevented())
+        return _finish(s, cfg, fx, StopHookPrevented)
     raise AssertionError(f"no interrupt rule for phase {phase}")  # pragma: no cover
 
 
-def _end_aborted(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, terminal: Terminal) -> LoopState:
+def _end_aborted(
+    s: LoopState, cfg: LoopConfig, fx: FX, kind: str, terminal: type[Terminal]
+) -> LoopState:
     s = evolve(s, round=evolve(s.round, abort_kind=kind))
     return _finish_aborted(s, cfg, fx, terminal)
 
 
-def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
+def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: type[Terminal]) -> LoopState:
     """Commit what the round produced, the interruption message on a hard interrupt
     (never on submit), and for aborted tools the max-turns attachment when due."""
     s = _release(s, cfg, fx, everything=True)
@@ -1395,16 +1471,12 @@ def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -
     if s.round.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(s.round.withheld)
     if s.round.abort_kind == "hard":
-        text = INTERRUPT_MESSAGE_TOOLS if isinstance(terminal, AbortedTools) else INTERRUPT_MESSAGE
+        text = INTERRUPT_MESSAGE_TOOLS if terminal is AbortedTools else INTERRUPT_MESSAGE
         s, m = _user(s, text, origin="interrupt")
         fx.append(Emit(item=m))
         extra.append(m)
     s = _commit(s, extra)
-    if (
-        isinstance(terminal, AbortedTools)
-        and cfg.max_turns is not None
-        and s.turn_count + 1 > cfg.max_turns
-    ):
+    if terminal is AbortedTools and cfg.max_turns is not None and s.turn_count + 1 > cfg.max_turns:
         s = _max_turns_attachment(s, cfg, fx, s.turn_count + 1)
     return _finish(s, cfg, fx, terminal)
 
@@ -1439,7 +1511,7 @@ def on_compaction_finished(
     fx.extend(Emit(item=m) for m in e.messages)
     s = evolve(s, conversation=Conversation.of(e.messages), tokens_freed=0)
     if s.phase == "reactive_compacting":  # [C-REACTIVE-1]
-        return _continue(s, cfg, fx, ReactiveCompactRetry(), e.at_ms)
+        return _continue(s, cfg, fx, ReactiveCompactRetry, e.at_ms)
     s = evolve(s, compacted_this_round=True, tracking=AutoCompactTracking(compacted=True))
     return _blocking_then_call(s, cfg, fx)
 
@@ -1452,9 +1524,7 @@ def on_compaction_failed(s: LoopState, e: CompactionFailed, cfg: LoopConfig, fx:
     if s.phase == "reactive_compacting":
         w = s.round.withheld
         assert w is not None and w.api_error is not None
-        return _surface(
-            s, cfg, fx, ImageError() if w.api_error.kind == "media" else PromptTooLong()
-        )
+        return _surface(s, cfg, fx, ImageError if w.api_error.kind == "media" else PromptTooLong)
     t = s.tracking
     s = evolve(s, tracking=evolve(t, consecutive_failures=t.consecutive_failures + 1))  # [G6]
     return _blocking_then_call(s, cfg, fx)
