@@ -976,36 +976,70 @@ def on_wait_elapsed(s: LoopState, e: WaitElapsed, cfg: LoopConfig, fx: FX) -> Lo
 # =============================================================================================
 
 
-def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    r = s.round
-    w = r.withheld
-    kind = w.api_error.kind if w is not None and w.api_error is not None else None
-    if kind == "prompt_too_long":
-        # [C-COLLAPSE-1] drain staged collapses once [G4]
-        if cfg.gates.context_collapse and not isinstance(s.transition, CollapseDrainRetry):
-            conv, freed, committed = collapse(
-                s.conversation, _count(s), None, 1, f"m{s.ids.msg + 1}"
+# The round-end ladder [R-ORDER-1], as ordered data: the no-tool-use path tries each rung in
+# turn until one ends the round. A rung is a function (state, config, effects, now) -> (state,
+# ended): ``ended`` False passes the state on to the next rung. Each names its rule and what it
+# may lead to (a transition, or a phase it waits in), which ``steploop graph --static`` draws.
+# The stop-hooks rung waits for the hooks; their answer (on_stop_hooks) goes on from the rung
+# after it. The tool-use path has a ladder of its own (TOOL_ROUND_END).
+
+Rungs = tuple[LoopState, bool]
+
+
+@attrs.frozen
+class Rung:
+    rule: str
+    name: str
+    run: Callable[[LoopState, LoopConfig, FX, int], Rungs]
+    exits: tuple[object, ...]  # transition classes, and phases it leaves the machine in
+
+
+def _withheld_kind(s: LoopState) -> str | None:
+    w = s.round.withheld
+    return w.api_error.kind if w is not None and w.api_error is not None else None
+
+
+def _prompt_too_long(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-PTL-1] a withheld prompt-too-long error: drain the staged collapses once
+    [C-COLLAPSE-1] [G4], else one reactive compaction [C-REACTIVE-1], else surface it
+    [T-PTL-1] (no stop hooks, [G2])."""
+    if _withheld_kind(s) != "prompt_too_long":
+        return s, False
+    if cfg.gates.context_collapse and not isinstance(s.transition, CollapseDrainRetry):
+        conv, freed, committed = collapse(s.conversation, _count(s), None, 1, f"m{s.ids.msg + 1}")
+        if committed > 0:
+            s = evolve(
+                s,
+                conversation=conv,
+                tokens_freed=s.tokens_freed + freed,
+                ids=evolve(s.ids, msg=s.ids.msg + 1),
             )
-            if committed > 0:
-                s = evolve(
-                    s,
-                    conversation=conv,
-                    tokens_freed=s.tokens_freed + freed,
-                    ids=evolve(s.ids, msg=s.ids.msg + 1),
-                )
-                return _continue(s, cfg, fx, CollapseDrainRetry, now, committed=committed)
-        if cfg.gates.reactive_compact and not s.has_attempted_reactive_compact:
-            return _reactive_compact(s, cfg, fx)  # [C-REACTIVE-1]
-        return _surface(s, cfg, fx, PromptTooLong)  # [T-PTL-1] no stop hooks [G2]
-    if kind == "media":
-        if cfg.media_recovery_enabled and not s.has_attempted_reactive_compact:
-            return _reactive_compact(s, cfg, fx)  # [G5]
-        return _surface(s, cfg, fx, ImageError)
-    if kind == "max_output_tokens":
-        return _mot_ladder(s, cfg, fx, now)
-    if r.error_message is not None:  # [G1] an API error ends the turn without stop hooks
-        s = _commit(s, [r.error_message])
-        return _finish(s, cfg, fx, Completed)
+            return _continue(s, cfg, fx, CollapseDrainRetry, now, committed=committed), True
+    if cfg.gates.reactive_compact and not s.has_attempted_reactive_compact:
+        return _reactive_compact(s, cfg, fx), True
+    return _surface(s, cfg, fx, PromptTooLong), True
+
+
+def _media(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-MEDIA-1] a withheld media error: one reactive compaction [G5], else surface it."""
+    if _withheld_kind(s) != "media":
+        return s, False
+    if cfg.media_recovery_enabled and not s.has_attempted_reactive_compact:
+        return _reactive_compact(s, cfg, fx), True
+    return _surface(s, cfg, fx, ImageError), True
+
+
+def _api_error_exit(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[G1] an API error ends the turn without stop hooks."""
+    err = s.round.error_message
+    if err is None:
+        return s, False
+    s = _commit(s, [err])
+    return _finish(s, cfg, fx, Completed), True
+
+
+def _stop_hooks(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-HOOK-1] run the stop hooks on the conversation with the response; wait for them."""
     hid = s.ids.hooks + 1
     s = evolve(
         s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid)
@@ -1017,7 +1051,48 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             stop_hook_active=s.stop_hook_active,
         )
     )
-    return s
+    return s, True
+
+
+def _completed(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[T-COMPLETED-1] the response is committed and the turn ends."""
+    s = _commit(s)
+    return _finish(s, cfg, fx, Completed), True
+
+
+def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[C-BUDGET-1] continue below 90% of the budget unless returns diminish; sub-agents never."""
+    budget = s.token_budget
+    if cfg.gates.token_budget and budget is not None and budget > 0 and not cfg.is_subagent:
+        tracker = s.budget
+        turn = s.turn_output_tokens
+        delta = turn - tracker.last_global_turn_tokens
+        diminishing = (
+            tracker.continuation_count >= cfg.budget_min_continuations
+            and delta < cfg.budget_diminishing_tokens
+            and tracker.last_delta_tokens < cfg.budget_diminishing_tokens
+        )
+        if not diminishing and turn * 100 < budget * cfg.budget_completion_pct:
+            pct = (turn * 200 + budget) // (2 * budget)  # round(turn / budget * 100), half up
+            s, nudge = _user(
+                s,
+                f"Stopped at {pct}% of token target ({turn:,} / {budget:,}). Keep working — do not summarize.",
+                origin="nudge",
+                meta=True,
+            )
+            if not cfg.compat.unyielded_nudges:  # [Q-6]
+                fx.append(Emit(item=nudge))
+            s = _commit(s, [nudge])
+            s = evolve(
+                s,
+                budget=BudgetTracker(
+                    continuation_count=tracker.continuation_count + 1,
+                    last_delta_tokens=delta,
+                    last_global_turn_tokens=turn,
+                ),
+            )
+            return _continue(s, cfg, fx, TokenBudgetContinuation, now), True
+    return s, False
 
 
 def _surface(s: LoopState, cfg: LoopConfig, fx: FX, terminal: type[Terminal]) -> LoopState:
@@ -1044,8 +1119,12 @@ def _reactive_compact(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     )
 
 
-def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    """[C-ESCALATE-1], [C-MOT-1], [G10]: escalate once, then up to 3 nudges, then surface."""
+def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-MOT-1] a withheld max-output-tokens error: [C-ESCALATE-1] escalate once, [C-MOT-1]
+    then up to 3 nudges [G10], then surface it (the API-error exit, [G1])."""
+    w = s.round.withheld
+    if w is None or w.api_error is None or w.api_error.kind != "max_output_tokens":
+        return s, False
     escalate = (
         cfg.gates.max_tokens_escalation
         and s.max_output_tokens_override is None
@@ -1056,7 +1135,7 @@ def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         # the truncated attempt is dropped; its emitted blocks are tombstoned unless [Q-7]
         if not cfg.compat.no_tombstone_on_escalate:
             fx.extend(Emit(item=Tombstone(message_id=b.id)) for b in s.round.blocks)
-        return _continue(s, cfg, fx, MaxOutputTokensEscalate, now)
+        return _continue(s, cfg, fx, MaxOutputTokensEscalate, now), True
     if s.mot_recovery_count < cfg.mot_recovery_limit:
         attempt = s.mot_recovery_count + 1
         s, nudge = _user(s, MOT_NUDGE, origin="nudge", meta=True)
@@ -1068,8 +1147,45 @@ def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         else:
             fx.append(Emit(item=nudge))
         s = _commit(s, extra)
-        return _continue(s, cfg, fx, MaxOutputTokensRecovery, now, attempt=attempt)
-    return _surface(s, cfg, fx, Completed)  # exhausted: API-error exit [G1]
+        return _continue(s, cfg, fx, MaxOutputTokensRecovery, now, attempt=attempt), True
+    return _surface(s, cfg, fx, Completed), True  # exhausted: API-error exit [G1]
+
+
+ROUND_END: Final[tuple[Rung, ...]] = (
+    Rung(
+        "R-PTL-1",
+        "prompt-too-long ladder",
+        _prompt_too_long,
+        (CollapseDrainRetry, "reactive_compacting", PromptTooLong),
+    ),
+    Rung("R-MEDIA-1", "media ladder", _media, ("reactive_compacting", ImageError)),
+    Rung(
+        "R-MOT-1",
+        "max-output-tokens ladder",
+        _mot_ladder,
+        (MaxOutputTokensEscalate, MaxOutputTokensRecovery, Completed),
+    ),
+    Rung("G1", "API-error exit", _api_error_exit, (Completed,)),
+    Rung("R-HOOK-1", "stop hooks", _stop_hooks, ("stop_hooks",)),
+    Rung("C-BUDGET-1", "token budget", _token_budget, (TokenBudgetContinuation,)),
+    Rung("T-COMPLETED-1", "completed", _completed, (Completed,)),
+)
+"""The no-tool-use path in the reference's order: PTL -> media -> MOT -> API-error exit -> stop
+hooks -> token budget -> completed."""
+
+_AFTER_HOOKS: Final = next(i for i, r in enumerate(ROUND_END) if r.run is _stop_hooks) + 1
+
+
+def _round_end(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
+    for rung in ROUND_END[start:]:
+        s, ended = rung.run(s, cfg, fx, now)
+        if ended:
+            return s
+    raise AssertionError("the last rung always ends the round")  # pragma: no cover
+
+
+def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    return _round_end(s, cfg, fx, now)
 
 
 def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
@@ -1112,43 +1228,7 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
         s = _commit(s, extra)
         s = evolve(s, stop_hook_blocks=s.stop_hook_blocks + 1)
         return _continue(s, cfg, fx, StopHookBlocking, e.at_ms)
-    return _token_budget(s, cfg, fx, e.at_ms)
-
-
-def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    """[C-BUDGET-1] continue below 90% of the budget unless returns diminish; sub-agents never."""
-    budget = s.token_budget
-    if cfg.gates.token_budget and budget is not None and budget > 0 and not cfg.is_subagent:
-        tracker = s.budget
-        turn = s.turn_output_tokens
-        delta = turn - tracker.last_global_turn_tokens
-        diminishing = (
-            tracker.continuation_count >= cfg.budget_min_continuations
-            and delta < cfg.budget_diminishing_tokens
-            and tracker.last_delta_tokens < cfg.budget_diminishing_tokens
-        )
-        if not diminishing and turn * 100 < budget * cfg.budget_completion_pct:
-            pct = (turn * 200 + budget) // (2 * budget)  # round(turn / budget * 100), half up
-            s, nudge = _user(
-                s,
-                f"Stopped at {pct}% of token target ({turn:,} / {budget:,}). Keep working — do not summarize.",
-                origin="nudge",
-                meta=True,
-            )
-            if not cfg.compat.unyielded_nudges:  # [Q-6]
-                fx.append(Emit(item=nudge))
-            s = _commit(s, [nudge])
-            s = evolve(
-                s,
-                budget=BudgetTracker(
-                    continuation_count=tracker.continuation_count + 1,
-                    last_delta_tokens=delta,
-                    last_global_turn_tokens=turn,
-                ),
-            )
-            return _continue(s, cfg, fx, TokenBudgetContinuation, now)
-    s = _commit(s)
-    return _finish(s, cfg, fx, Completed)
+    return _round_end(s, cfg, fx, e.at_ms, _AFTER_HOOKS)
 
 
 # =============================================================================================
@@ -1156,7 +1236,8 @@ def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 # =============================================================================================
 
 
-def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+def _tools_done(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-SUM-1] the round's results are committed and its summary requested."""
     r = s.round
     extra: list[Message] = []
     if r.withheld is not None and cfg.compat.unyielded_nudges:
@@ -1173,14 +1254,24 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             summary_text=None,
             summary_tool_ids=ids,
         )
-    if r.hook_stop:  # [T-HOOK-1]
-        s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "PostToolUse"),))
-        fx.append(Emit(item=att))
-        s = evolve(s, conversation=s.conversation.append(att))
-        return _finish(s, cfg, fx, HookStopped)
+    return s, False
+
+
+def _hook_stopped(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[T-HOOK-1] a tool's hook stopped the turn."""
+    if not s.round.hook_stop:
+        return s, False
+    s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "PostToolUse"),))
+    fx.append(Emit(item=att))
+    s = evolve(s, conversation=s.conversation.append(att))
+    return _finish(s, cfg, fx, HookStopped), True
+
+
+def _queued_commands(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-CMD-1] queued commands ride along as attachments (and the breaker's turn count)."""
     if s.tracking.compacted:
         s = evolve(s, tracking=evolve(s.tracking, turn_counter=s.tracking.turn_counter + 1))
-    if s.queued_commands:  # [R-CMD-1] queued commands ride along as attachments
+    if s.queued_commands:
         consumed = list(s.consumed_commands)
         for cid, text in s.queued_commands:
             s, att = _attachment(s, "queued_command", (("commandId", cid), ("prompt", text)))
@@ -1188,11 +1279,40 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             s = evolve(s, conversation=s.conversation.append(att))
             consumed.append(cid)
         s = evolve(s, queued_commands=(), consumed_commands=tuple(consumed))
+    return s, False
+
+
+def _max_turns(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[T-MAXTURNS-1] the next round would pass max_turns."""
     next_count = s.turn_count + 1
-    if cfg.max_turns is not None and next_count > cfg.max_turns:  # [T-MAXTURNS-1]
-        s = _max_turns_attachment(s, cfg, fx, next_count)
-        return _finish(s, cfg, fx, MaxTurns, turn_count=next_count)
-    return _continue(s, cfg, fx, NextTurn, now)
+    if cfg.max_turns is None or next_count <= cfg.max_turns:
+        return s, False
+    s = _max_turns_attachment(s, cfg, fx, next_count)
+    return _finish(s, cfg, fx, MaxTurns, turn_count=next_count), True
+
+
+def _next_turn(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[C-NEXT-1] the next round."""
+    return _continue(s, cfg, fx, NextTurn, now), True
+
+
+TOOL_ROUND_END: Final[tuple[Rung, ...]] = (
+    Rung("R-SUM-1", "results committed, summary requested", _tools_done, ()),
+    Rung("T-HOOK-1", "hook_stopped", _hook_stopped, (HookStopped,)),
+    Rung("R-CMD-1", "queued commands", _queued_commands, ()),
+    Rung("T-MAXTURNS-1", "max_turns", _max_turns, (MaxTurns,)),
+    Rung("C-NEXT-1", "next_turn", _next_turn, (NextTurn,)),
+)
+"""The tool-use path once every tool of the round is done (interrupts abort before it):
+hook_stopped -> max_turns -> next_turn."""
+
+
+def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    for rung in TOOL_ROUND_END:
+        s, ended = rung.run(s, cfg, fx, now)
+        if ended:
+            return s
+    raise AssertionError("the last rung always ends the round")  # pragma: no cover
 
 
 def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int) -> LoopState:
