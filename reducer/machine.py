@@ -124,7 +124,24 @@ from reducer.transitions import (
     Transition,
 )
 
-__all__ = ["TABLE", "Stepped", "advance", "allowed_events", "begin", "start", "step"]
+__all__ = [
+    "AFTER_HOOKS",
+    "OUTCOMES",
+    "RESETS",
+    "ROUND_END",
+    "START",
+    "TABLE",
+    "TOOL_ROUND_END",
+    "Reset",
+    "Rung",
+    "Stepped",
+    "Write",
+    "advance",
+    "allowed_events",
+    "begin",
+    "start",
+    "step",
+]
 
 
 class FX(list[Effect]):
@@ -992,6 +1009,7 @@ class Rung:
     name: str
     run: Callable[[LoopState, LoopConfig, FX, int], Rungs]
     exits: tuple[object, ...]  # transition classes, and phases it leaves the machine in
+    waits: bool = False  # it waits for the world; the rungs after it run on the answer
 
 
 def _withheld_kind(s: LoopState) -> str | None:
@@ -1166,14 +1184,14 @@ ROUND_END: Final[tuple[Rung, ...]] = (
         (MaxOutputTokensEscalate, MaxOutputTokensRecovery, Completed),
     ),
     Rung("G1", "API-error exit", _api_error_exit, (Completed,)),
-    Rung("R-HOOK-1", "stop hooks", _stop_hooks, ("stop_hooks",)),
+    Rung("R-HOOK-1", "stop hooks", _stop_hooks, ("stop_hooks",), waits=True),
     Rung("C-BUDGET-1", "token budget", _token_budget, (TokenBudgetContinuation,)),
     Rung("T-COMPLETED-1", "completed", _completed, (Completed,)),
 )
 """The no-tool-use path in the reference's order: PTL -> media -> MOT -> API-error exit -> stop
 hooks -> token budget -> completed."""
 
-_AFTER_HOOKS: Final = next(i for i, r in enumerate(ROUND_END) if r.run is _stop_hooks) + 1
+_AFTER_HOOKS: Final = next(i for i, r in enumerate(ROUND_END) if r.waits) + 1
 
 
 def _round_end(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
@@ -1769,6 +1787,56 @@ TABLE: dict[Phase, dict[type, Handler]] = {
     },
     "stop_hooks": {**_LATE, **_ALWAYS, StopHooksFinished: on_stop_hooks},
     "done": {},  # a finished turn accepts nothing
+}
+
+# Where each (phase, event type) of TABLE may lead, as data: a phase the machine is left in
+# without a transition, a Terminal (the turn ends), a Continue (the next round begins: it waits
+# in ``compacting`` or ``streaming``, or ends at once in ``blocking_limit``), or a ladder (every
+# exit of its rungs). A pair not listed stays in its phase (commands, summaries, late answers).
+# ``steploop graph --static`` draws the machine from this, TABLE and the ladders;
+# tests/reducer/test_graph.py holds that drawing consistent with the one the explorer observes.
+
+START: Final[tuple[object, ...]] = ("compacting", "streaming", BlockingLimit)
+"""Where start() may lead: the first round's pipeline [R-ORDER-1]."""
+
+AFTER_HOOKS: Final[tuple[Rung, ...]] = ROUND_END[_AFTER_HOOKS:]
+
+OUTCOMES: Final[dict[Phase, dict[type, tuple[object, ...]]]] = {
+    "compacting": {
+        CompactionFinished: ("streaming", BlockingLimit),
+        CompactionFailed: ("streaming", BlockingLimit),
+        Interrupted: (AbortedStreaming,),
+    },
+    "streaming": {
+        ModelBlockReceived: ("streaming",),
+        ModelResponseEnded: ("running_tools", TOOL_ROUND_END, ROUND_END),
+        ModelCallFailed: ("streaming", "waiting_retry", ModelError, ImageError, ROUND_END),
+        ToolFinished: ("streaming",),
+        PermissionAnswered: ("streaming", AbortedStreaming),
+        Interrupted: ("draining", AbortedStreaming),
+        MessagesInserted: START,
+    },
+    "waiting_retry": {WaitElapsed: ("streaming",), Interrupted: (AbortedStreaming,)},
+    "running_tools": {
+        ToolFinished: ("running_tools", TOOL_ROUND_END),
+        PermissionAnswered: ("running_tools", TOOL_ROUND_END, AbortedTools),
+        Interrupted: ("draining", AbortedTools),
+    },
+    "draining": {
+        ToolFinished: ("draining", AbortedStreaming, AbortedTools),
+        PermissionAnswered: ("draining", AbortedStreaming, AbortedTools),
+        Interrupted: ("draining", AbortedStreaming, AbortedTools),
+    },
+    "reactive_compacting": {
+        CompactionFinished: (ReactiveCompactRetry,),
+        CompactionFailed: (ImageError, PromptTooLong),
+        Interrupted: (AbortedStreaming,),
+    },
+    "stop_hooks": {
+        StopHooksFinished: (StopHookPrevented, StopHookBlocking, AFTER_HOOKS),
+        Interrupted: (StopHookPrevented,),
+    },
+    "done": {},
 }
 
 _ALLOWED: dict[Phase, tuple[str, ...]] = {
