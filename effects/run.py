@@ -1,4 +1,4 @@
-"""The interpreter: run the pure machine against the world (DESIGN section 6).
+"""The interpreter: run the pure machine against the world (specs/architecture.md, "Worlds").
 
 ``run(...)`` returns a :class:`Run`, an async context manager and async iterator. It applies
 ``step()``, executes the effects it returns and feeds the world's answers back as events; it
