@@ -210,6 +210,3 @@ _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 
 _ALLOWED = {kind: required | optional for kind, (required, optional) in _KEYS.items()}
-_STEP_REQUIRED = _KEYS["step"][0]
-_STEP_ALLOWED = _ALLOWED["step"]
-_MESSAGE_KEYS = _ALLOWED["message"]  # a message record has no optional key
