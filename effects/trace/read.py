@@ -25,6 +25,7 @@ from effects.trace.format import (
     DEFAULT_MESSAGE_WINDOW,
     FORMAT,
     MAX_MESSAGE_WINDOW,
+    READS,
     VERSION,
     EndRecord,
     Record,
@@ -588,8 +589,9 @@ class TraceReader:
                 f"format version {version} is newer than this steploop reads (version {VERSION}); "
                 "upgrade steploop"
             )
-        if version != VERSION:
-            raise _Bad(f"unknown format version {version}; this steploop reads version {VERSION}")
+        if version not in READS:
+            reads = " and ".join(str(v) for v in READS)
+            raise _Bad(f"unknown format version {version}; this steploop reads versions {reads}")
         _check_keys(obj, "header")
         if not isinstance(obj["steploop"], str):
             raise _Bad("header: 'steploop' must be a string")
