@@ -84,6 +84,9 @@ SCOPE: tuple[Target, ...] = (
 # [I-<n>] or a compatibility flag [Q-<n>]: the functions that decide which transition happens.
 # Every function taken from config.py and state.py is one (they are in scope for that reason).
 GUARD_TAG = re.compile(r"\[(G\d+|[CT]-[A-Z]+(?:-[A-Z]+)*-\d+|I-\d+|Q-\d+)\]")
+# Any rule id the function's code or docstring cites (R-TOOL-5, S-SNIP-1, G11, ...): tests
+# marked with the same rule are run first against the function's mutants.
+RULE_TAG = re.compile(r"\b((?:[A-Z]+-)+\d+|G\d+)\b")
 
 # The kill set: the tests that exercise the reducer directly (unit, property, explorer at the CI
 # bound), the golden scenario replays and the README's executed examples.
@@ -159,6 +162,7 @@ class FunctionSource:
     class_name: str | None
     guard: bool
     future_annotations: bool
+    rules: frozenset[str] = frozenset()  # the rule ids its code cites, e.g. {"C-BUDGET-1", "G11"}
 
 
 def _functions(target: Target) -> Iterator[FunctionSource]:
@@ -181,7 +185,8 @@ def _functions(target: Target) -> Iterator[FunctionSource]:
         found.add(qual)
         src = "\n".join(lines[fn.lineno - 1 : fn.end_lineno])
         guard = target.functions is not None or bool(GUARD_TAG.search(src))
-        return FunctionSource(target.file, qual, fn, cls, guard, future)
+        rules = frozenset(RULE_TAG.findall(src))
+        return FunctionSource(target.file, qual, fn, cls, guard, future, rules)
 
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -709,6 +714,7 @@ class Orchestrator:
         self.hits: set[str] = set()
         self.rec = _Recorder(self.hits)
         self.items: list[Any] = []
+        self.spec_of: dict[str, frozenset[str]] = {}
         self.import_hits: set[str] = set()
         self.base = Baseline()
         self.outcomes: list[Outcome] = []
@@ -730,6 +736,10 @@ class Orchestrator:
 
     def pytest_collection_finish(self, session: Any) -> None:
         self.items = list(session.items)
+        self.spec_of = {
+            it.nodeid: frozenset(a for mark in it.iter_markers("spec") for a in mark.args)
+            for it in self.items
+        }
         # functions that ran while the test modules were imported (configs built at import):
         # their mutants run in a fresh interpreter, where the import sees the mutant
         self.import_hits = set(self.hits)
@@ -900,6 +910,9 @@ class Orchestrator:
         name = f"{task.mutant.file}::{task.mutant.function}"
         covering = set(task.order)
         first = [t for t in self.killers.get(name, []) if t in covering]
+        rules = self.fns[(task.mutant.file, task.mutant.function)].rules
+        if rules:  # the tests that pin a rule the function cites
+            first += [t for t in task.order if self.spec_of.get(t, frozenset()) & rules and t not in first]
         ranked = sorted(self.kills, key=lambda t: (-self.kills[t], t))
         first += [t for t in ranked[:40] if t in covering and t not in first]
         chosen = set(first)
