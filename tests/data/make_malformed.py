@@ -66,7 +66,8 @@ EVENTS: list[Event] = [
 #  4 message m2        8 step 3 (end)        12 message m5            16 end
 
 EVENT_TAGS = (
-    "command_queued, compaction_failed, compaction_finished, interrupted, model_block_received, "
+    "command_queued, compaction_failed, compaction_finished, interrupted, messages_inserted, "
+    "model_block_received, "
     "model_call_failed, model_response_ended, permission_answered, stop_hooks_finished, "
     "tool_finished, tool_use_summary_ready, wait_elapsed"
 )
@@ -86,7 +87,8 @@ TRANSITION_TAGS = (
     "stop_hook_blocking, stop_hook_prevented, token_budget_continuation"
 )
 STREAMING_ACCEPTS = (
-    "CommandQueued, Interrupted, ModelBlockReceived, ModelCallFailed, ModelResponseEnded, "
+    "CommandQueued, Interrupted, MessagesInserted, ModelBlockReceived, ModelCallFailed, "
+    "ModelResponseEnded, "
     "PermissionAnswered, ToolFinished, ToolUseSummaryReady"
 )
 TRUNCATED = (
