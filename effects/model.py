@@ -24,6 +24,8 @@ Failure classification (``kind`` is one of :data:`reducer.events.FAILURE_KINDS`)
 what happened                                          kind
 =====================================================  ===================
 4xx whose message says "prompt is too long"            prompt_too_long
+400 "input length and `max_tokens` exceed context      context_overflow
+limit: A + B > C" (A and C are reported too)
 413, "request too large", 400 naming image/PDF/media   media
 429                                                    rate_limited
 529, or error type overloaded_error                    overloaded
@@ -83,10 +85,12 @@ __all__ = [
     "AnthropicModelClient",
     "Thinking",
     "TraitsFor",
+    "block_from_api",
     "build_request",
     "classify_error",
     "classify_exception",
     "make_client",
+    "parse_context_overflow",
     "parse_tool_input",
     "to_api_messages",
 ]
@@ -396,6 +400,18 @@ def build_request(
 # Failure classification (pure)
 
 _MEDIA_RE = re.compile(r"\b(image|images|pdf|document|documents|media)\b")
+_OVERFLOW_RE = re.compile(
+    r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)"
+)
+
+
+def parse_context_overflow(message: str) -> tuple[int, int, int] | None:
+    """The numbers of a 400 "input length and `max_tokens` exceed context limit: A + B > C"
+    message: (input tokens A, max_tokens B, context limit C); None for any other message."""
+    m = _OVERFLOW_RE.search(message)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def classify_error(status: int | None, error_type: str | None, message: str) -> str:
@@ -413,6 +429,8 @@ def classify_error(status: int | None, error_type: str | None, message: str) -> 
     client_side = status is None or 400 <= status < 500
     if client_side and "prompt is too long" in low:
         return "prompt_too_long"
+    if status == 400 and _OVERFLOW_RE.search(message):
+        return "context_overflow"
     if status == 413 or error_type == "request_too_large" or "request too large" in low:
         return "media"
     if (status == 400 or error_type == "invalid_request_error") and _MEDIA_RE.search(low):
@@ -927,12 +945,15 @@ class AnthropicModelClient:
 
     def _failed(self, call_id: int, exc: Exception, *, started: bool) -> ModelCallFailed:
         kind, message, status, retry_after_ms = classify_exception(exc, started=started)
+        numbers = parse_context_overflow(message) if kind == "context_overflow" else None
         return ModelCallFailed(
             call_id=call_id,
             kind=kind,
             message=message,
             status=status,
             retry_after_ms=retry_after_ms,
+            input_tokens=None if numbers is None else numbers[0],
+            context_limit=None if numbers is None else numbers[2],
             at_ms=self._clock(),
         )
 

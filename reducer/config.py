@@ -52,6 +52,11 @@ def _bool(_inst: object, attr: attrs.Attribute[Any], value: bool) -> None:
         raise ConfigError(f"{attr.name} must be true or false, got {value!r}")
 
 
+def _texts(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
+    if value not in ("steploop", "claude_code"):
+        raise ConfigError(f"{attr.name} must be 'steploop' or 'claude_code', got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class Gates:
     """Feature gates (specs/ P-GATE-*)."""
@@ -148,6 +153,14 @@ class LoopConfig:
     budget_completion_pct: int = attrs.field(default=90, validator=_positive)
     budget_diminishing_tokens: int = attrs.field(default=500, validator=_non_negative)
     budget_min_continuations: int = attrs.field(default=3, validator=_non_negative)
+    # fidelity to the API and to Claude Code's own texts (specs/ R-OVERFLOW-1, R-REFUSAL-1,
+    # S-PAUSE-1, R-TEXTS-1)
+    texts: Literal["steploop", "claude_code"] = attrs.field(default="steploop", validator=_texts)
+    non_interactive: bool = attrs.field(default=False, validator=_bool)
+    pause_turn_resumes: int = attrs.field(default=5, validator=_non_negative)
+    thinking_budget: int | None = attrs.field(default=None, validator=_opt_positive)
+    overflow_safety_buffer: int = attrs.field(default=1_000, validator=_non_negative)
+    floor_output_tokens: int = attrs.field(default=3_000, validator=_positive)
     retry: RetryPolicy = attrs.field(factory=RetryPolicy)
     gates: Gates = attrs.field(factory=Gates)
     compat: Compat = attrs.field(factory=Compat)
@@ -274,6 +287,8 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
         stop_hook_block_cap=None,
         strip_signatures_on_fallback=False,
         collapse_disables_auto_compact=True,
+        texts="claude_code",  # [R-TEXTS-1]
+        pause_turn_resumes=0,  # [S-PAUSE-1] pause_turn is treated as end_turn
     )
     return attrs.evolve(base, **overrides) if overrides else base
 

@@ -99,12 +99,17 @@ FAILURE_KINDS: tuple[str, ...] = (
     "invalid_request",  # other 4xx
     "image_client",  # an image the client could not size or resize
     "unknown",  # anything nothing recognises -> model_error
+    "context_overflow",  # 400 "input length and `max_tokens` exceed context limit: A + B > C"
 )
 
 
 @attrs.frozen(kw_only=True)
 class ModelCallFailed:
-    """Model call ``call_id`` failed; the shell only classifies (``kind`` in FAILURE_KINDS)."""
+    """Model call ``call_id`` failed; the shell only classifies (``kind`` in FAILURE_KINDS).
+
+    For ``context_overflow`` the shell also reads the numbers of the message: the request's
+    input tokens (A) and the context limit (C) (R-OVERFLOW-1).
+    """
 
     TAG: ClassVar[str] = "model_call_failed"
     call_id: int
@@ -112,6 +117,8 @@ class ModelCallFailed:
     message: str = ""
     status: int | None = None
     retry_after_ms: int | None = None
+    input_tokens: int | None = None
+    context_limit: int | None = None
     at_ms: int = 0
 
     def __attrs_post_init__(self) -> None:

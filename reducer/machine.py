@@ -98,6 +98,7 @@ from reducer.state import (
     Session,
     Slot,
 )
+from reducer.texts import error_category
 from reducer.transitions import (
     AbortedStreaming,
     AbortedTools,
@@ -166,17 +167,29 @@ def _breaker_tripped(s: LoopState, cfg: LoopConfig) -> bool:
 
 
 def _api_error(
-    s: LoopState, kind: str, text: str, status: int | None = None
+    s: LoopState,
+    kind: str,
+    text: str,
+    status: int | None = None,
+    *,
+    cfg: LoopConfig,
+    raw: str = "",
+    details: str = "",
 ) -> tuple[LoopState, AssistantMessage]:
-    """A synthetic assistant API-error message (never sent back to the model)."""
+    """A synthetic assistant API-error message (never sent back to the model). ``raw`` is the
+    API's own words (they decide the category, [R-CATEGORY-1]); ``details`` what the text
+    leaves out."""
     s, mid = _msg_id(s)
+    category = error_category(kind, status, raw or text) if cfg.texts == "claude_code" else ""
     return s, AssistantMessage(
         id=mid,
         response_id=f"r{s.round.call_id}",
         model=SYNTHETIC_MODEL,
         content=(TextBlock(text=text),),
         stop_reason="stop_sequence",
-        api_error=ErrorInfo(kind=kind, message=text, status=status),
+        api_error=ErrorInfo(
+            kind=kind, message=text, status=status, category=category, details=details
+        ),
     )
 
 
@@ -353,7 +366,7 @@ def _blocking_applies(s: LoopState, cfg: LoopConfig) -> bool:
 
 def _blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     if _blocking_applies(s, cfg) and _count(s) >= cfg.blocking_limit:
-        s, err = _api_error(s, "blocking_limit", PROMPT_TOO_LONG)
+        s, err = _api_error(s, "blocking_limit", PROMPT_TOO_LONG, cfg=cfg)
         fx.append(Emit(item=err))
         fresh = Round(call_id=s.ids.call, generation=s.ids.generation + 1)  # no call was made
         s = evolve(s, conversation=s.conversation.append(err), round=fresh)
@@ -371,6 +384,8 @@ def _call_model(s: LoopState, cfg: LoopConfig, fx: FX, *, fresh: bool = False) -
     if fresh:
         r = Round(call_id=call_id, generation=gen, max_tokens=max_tokens)
     else:
+        # a retry keeps the round's cap: the same, or one lowered for an overflow [R-OVERFLOW-1]
+        max_tokens = r.max_tokens or max_tokens
         r = Round(
             call_id=call_id,
             generation=gen,
@@ -703,7 +718,7 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             )
         else:
             text = "API Error: The model has reached its context window limit."
-        s, err = _api_error(s, "max_output_tokens", text)
+        s, err = _api_error(s, "max_output_tokens", text, cfg=cfg)
         s = evolve(s, round=evolve(s.round, withheld=err))
     s = _emit_ready_summary(s, fx)  # [R-SUM-1] the previous round's summary, after the stream
     s = _schedule(s, cfg, fx)
@@ -784,6 +799,11 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
     if _late_call(s, e):
         return s
     kind = e.kind
+    if kind == "context_overflow":  # [R-OVERFLOW-1]
+        cap = _overflow_cap(s, e, cfg)
+        if cap is not None:
+            return _overflow_retry(s, cfg, fx, cap)
+        kind = "invalid_request"  # the error stands [R-AUTH-1]
     if kind == "stream_broken" and s.round.streaming:
         return _stream_fallback(s, cfg, fx)
     if kind in RETRYABLE or kind == "stream_broken":
@@ -795,7 +815,7 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         if not cfg.compat.image_error_skips_orphan_repair:  # [Q-8]
             s = _synthesize_results(s, cfg, fx, e.message or "Image error", store=True)
         s, err = _api_error(
-            s, "image_client", e.message or "Image could not be processed", e.status
+            s, "image_client", e.message or "Image could not be processed", e.status, cfg=cfg
         )
         fx.append(Emit(item=err))
         s = _commit(s, [err])
@@ -803,13 +823,30 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
     # prompt too long, media, auth, invalid request: the attempt produced no usable output
     s = _discard_attempt(s, fx, tombstone=True)
     if kind == "prompt_too_long":  # [R-PTL-1]
-        s, err = _api_error(s, "prompt_too_long", PROMPT_TOO_LONG, e.status)
+        s, err = _api_error(
+            s,
+            "prompt_too_long",
+            PROMPT_TOO_LONG,
+            e.status,
+            cfg=cfg,
+            raw=e.message,
+            details=e.message,
+        )
         withhold = cfg.gates.reactive_compact or cfg.gates.context_collapse
     elif kind == "media":  # [R-MEDIA-1]
-        s, err = _api_error(s, "media", f"API Error: {e.message or 'media rejected'}", e.status)
+        s, err = _api_error(
+            s,
+            "media",
+            f"API Error: {e.message or 'media rejected'}",
+            e.status,
+            cfg=cfg,
+            raw=e.message,
+        )
         withhold = cfg.media_recovery_enabled
     else:
-        s, err = _api_error(s, kind, f"API Error: {e.message or kind}", e.status)
+        s, err = _api_error(
+            s, kind, f"API Error: {e.message or kind}", e.status, cfg=cfg, raw=e.message
+        )
         withhold = False
     if withhold:
         s = evolve(s, round=evolve(s.round, ended=True, withheld=err))
@@ -817,6 +854,29 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         fx.append(Emit(item=err))
         s = evolve(s, round=evolve(s.round, ended=True, error_message=err))
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _overflow_cap(s: LoopState, e: ModelCallFailed, cfg: LoopConfig) -> int | None:
+    """[R-OVERFLOW-1] the output cap that fits: context limit - input - safety buffer; None
+    when less than the floor fits, the numbers are missing or no retry is left."""
+    if e.input_tokens is None or e.context_limit is None:
+        return None
+    if s.round.retry_attempt >= cfg.retry.max_retries:
+        return None
+    available = max(0, e.context_limit - e.input_tokens - cfg.overflow_safety_buffer)
+    floor = cfg.floor_output_tokens
+    if available < floor:
+        return None
+    return max(floor, available, (cfg.thinking_budget or 0) + 1)
+
+
+def _overflow_retry(s: LoopState, cfg: LoopConfig, fx: FX, cap: int) -> LoopState:
+    """[R-OVERFLOW-1] resend at once with the lowered cap (kept for the round's later
+    attempts); no wait, no notice; it counts as a retry."""
+    s = _discard_attempt(s, fx, tombstone=True)
+    r = s.round
+    s = evolve(s, round=evolve(r, retry_attempt=r.retry_attempt + 1, max_tokens=cap))
+    return _call_model(s, cfg, fx)
 
 
 def _cancel_running(s: LoopState, fx: FX, reason: Any) -> LoopState:
@@ -833,7 +893,7 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
     if not cfg.compat.model_error_leaves_tools_running:  # [Q-9]
         s = _cancel_running(s, fx, "model_error")
     s = _synthesize_results(s, cfg, fx, text, store=True)
-    s, err = _api_error(s, "unknown", f"API Error: {text}", e.status)
+    s, err = _api_error(s, "unknown", f"API Error: {text}", e.status, cfg=cfg, raw=e.message)
     fx.append(Emit(item=err))
     s = _commit(s, [err])
     return _finish(
@@ -880,7 +940,9 @@ def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopSta
 def _give_up(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     """[R-RETRY-4] retries exhausted: an API-error message ends the turn without stop hooks."""
     s = _discard_attempt(s, fx, tombstone=True)
-    s, err = _api_error(s, e.kind, f"API Error: {e.message or e.kind}", e.status)
+    s, err = _api_error(
+        s, e.kind, f"API Error: {e.message or e.kind}", e.status, cfg=cfg, raw=e.message
+    )
     fx.append(Emit(item=err))
     s = evolve(s, round=evolve(s.round, ended=True, error_message=err))
     return _no_tool_use(s, cfg, fx, e.at_ms)
@@ -910,7 +972,8 @@ def _model_fallback(s: LoopState, cfg: LoopConfig, fx: FX, fallback: str) -> Loo
         on_fallback=True,
         model=fallback,
         conversation=conv,
-        round=evolve(s.round, retry_attempt=0, consecutive_529=0),
+        # a new model: fresh retry counters, and the cap of the new call [R-OVERFLOW-1]
+        round=evolve(s.round, retry_attempt=0, consecutive_529=0, max_tokens=0),
     )
     return _call_model(s, cfg, fx)
 

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from reducer import claude_code_2_1_88, default
-from reducer.effects import CallModel, Finish
-from reducer.events import ModelBlockReceived, ModelResponseEnded
+from reducer.effects import CallModel, Emit, Finish, RunStopHooks, Wait
+from reducer.events import ModelBlockReceived, ModelCallFailed, ModelResponseEnded, WaitElapsed
 from reducer.messages import AssistantMessage, OpaqueBlock, TextBlock, Usage
 from reducer.serialize import structure, unstructure
 from reducer.state import LoopState
+from reducer.texts import error_category
+from reducer.transitions import Completed
 from tests.reducer.driver import Driver, usage
 
 SEARCH_USE = '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"q":"x"}}'
@@ -127,3 +129,193 @@ def test_stored_records_name_the_model_that_served() -> None:
     nxt = Driver(cfg, "again", session=d.state.session())
     assert nxt.of(CallModel)[-1].model == cfg.model
     assert isinstance(d.finished(), Finish)
+
+
+# --- R-OVERFLOW-1: the context-overflow retry ------------------------------------------------
+
+OVERFLOW = "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000"
+
+
+def overflow(d: Driver, inp: int = 188_059, limit: int = 200_000) -> tuple[Any, ...]:
+    return d.feed(
+        ModelCallFailed(
+            call_id=d.call_id,
+            kind="context_overflow",
+            message=OVERFLOW,
+            status=400,
+            input_tokens=inp,
+            context_limit=limit,
+        )
+    )
+
+
+@pytest.mark.spec("R-OVERFLOW-1")
+@pytest.mark.parametrize("make", [default, claude_code_2_1_88])
+def test_overflow_is_retried_at_once_with_the_cap_that_fits(make: Any) -> None:
+    """188,059 + max_tokens > 200,000: resent at once with 200,000 - 188,059 - 1,000 = 10,941,
+    no wait and no notice; the retry counts; the answer then ends the turn as usual."""
+    d = Driver(make())
+    fx = overflow(d)
+    calls = [e for e in fx if isinstance(e, CallModel)]
+    assert len(calls) == 1 and calls[0].max_tokens == 10_941
+    assert not [e for e in fx if isinstance(e, (Wait, Emit))]
+    assert d.state.round.retry_attempt == 1
+    d.reply("fits now")
+    d.hooks_pass()
+    fin = d.finished()
+    assert fin is not None and fin.terminal == Completed()
+
+
+@pytest.mark.spec("R-OVERFLOW-1")
+def test_overflow_cap_has_a_floor_and_covers_the_thinking_budget() -> None:
+    """max(3,000, available, thinking budget + 1): a thinking budget above what is available
+    wins; so does the floor (when exactly the floor is available)."""
+    d = Driver(default(thinking_budget=16_000))
+    calls = [e for e in overflow(d) if isinstance(e, CallModel)]
+    assert calls[0].max_tokens == 16_001
+    d = Driver(default())
+    calls = [e for e in overflow(d, inp=196_000) if isinstance(e, CallModel)]
+    assert calls[0].max_tokens == 3_000
+
+
+@pytest.mark.spec("R-OVERFLOW-1", "R-AUTH-1")
+def test_overflow_with_too_little_room_stands_as_an_invalid_request() -> None:
+    """Under 3,000 tokens left: no retry; the error is an emitted invalid_request API error and
+    the turn ends completed without stop hooks (G1)."""
+    d = Driver(default())
+    fx = overflow(d, inp=196_001)
+    assert not [e for e in fx if isinstance(e, CallModel)]
+    errors = [m for m in d.emitted() if isinstance(m, AssistantMessage) and m.api_error]
+    assert len(errors) == 1 and errors[0].api_error is not None
+    assert errors[0].api_error.kind == "invalid_request" and OVERFLOW in errors[0].api_error.message
+    fin = d.finished()
+    assert fin is not None and fin.terminal == Completed()
+    assert not d.of(RunStopHooks)
+
+
+@pytest.mark.spec("R-OVERFLOW-1")
+def test_overflow_without_numbers_or_retries_left_stands() -> None:
+    """A context_overflow whose numbers are missing, or with no retry left, is not retried."""
+    d = Driver(default())
+    d.feed(ModelCallFailed(call_id=1, kind="context_overflow", message="?", status=400))
+    assert d.finished() is not None and not d.of(Wait)
+    d = Driver(default().with_overrides({"retry.max_retries": 0}))
+    fx = overflow(d)
+    assert not [e for e in fx if isinstance(e, CallModel)]
+    assert d.finished() is not None
+
+
+@pytest.mark.spec("R-OVERFLOW-1", "R-RETRY-1", "R-RETRY-2")
+def test_the_lowered_cap_holds_for_the_round_until_a_model_fallback() -> None:
+    """After an overflow retry a 529 retry keeps the lowered cap; the fallback model's first
+    call is sent with its own cap again."""
+    cfg = default(fallback_model="claude-haiku-4-5")
+    d = Driver(cfg)
+    overflow(d)
+    d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+    d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    assert d.of(CallModel)[-1].max_tokens == 10_941
+    for _ in range(2):
+        d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+        if d.phase == "waiting_retry":
+            d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    last = d.of(CallModel)[-1]
+    assert last.model == "claude-haiku-4-5" and last.max_tokens == cfg.default_max_tokens
+
+
+# --- R-CATEGORY-1: Claude Code's category names ------------------------------------------------
+
+
+@pytest.mark.spec("R-CATEGORY-1")
+@pytest.mark.parametrize(
+    ("kind", "status", "message", "category"),
+    [
+        ("rate_limited", 429, "Number of requests exceeded", "rate_limit"),
+        ("overloaded", 529, "Overloaded", "unknown"),
+        ("server_error", 500, "Internal server error", "unknown"),
+        ("server_error", 408, "Request timeout", "unknown"),
+        ("auth", 401, "invalid x-api-key", "authentication_failed"),
+        ("auth", 403, "OAuth token has been revoked", "authentication_failed"),
+        (
+            "invalid_request",
+            400,
+            "Your credit balance is too low to access the API",
+            "billing_error",
+        ),
+        ("invalid_request", 400, "`tool_use` ids must be unique", "invalid_request"),
+        ("invalid_request", 404, "model: claude-nope", "invalid_request"),
+        ("invalid_request", 400, "max_tokens: must be positive", "unknown"),
+        ("media", 413, "Request too large", "invalid_request"),
+        ("media", 400, "image exceeds 5 MB maximum: 5316852 bytes > 5242880 bytes", ""),
+        ("media", 400, "A maximum of 100 PDF pages may be provided.", "invalid_request"),
+        (
+            "prompt_too_long",
+            400,
+            "prompt is too long: 210000 tokens > 200000 maximum",
+            "invalid_request",
+        ),
+        ("blocking_limit", None, "Prompt is too long", "invalid_request"),
+        (
+            "max_output_tokens",
+            None,
+            "API Error: Claude's response exceeded ...",
+            "max_output_tokens",
+        ),
+        ("refusal", None, "", "invalid_request"),
+        ("image_client", None, "Image could not be resized", ""),
+        ("connection", None, "ConnectError: refused", "unknown"),
+        ("stream_broken", None, "ReadTimeout", "unknown"),
+        ("unknown", None, "socket hang up", "unknown"),
+    ],
+)
+def test_error_category_is_claude_codes(
+    kind: str, status: int | None, message: str, category: str
+) -> None:
+    """The ``error`` field Claude Code 2.1.88 gives each failure's API-error message."""
+    assert error_category(kind, status, message) == category
+
+
+def _exhaust(d: Driver, kind: str, status: int, message: str) -> None:
+    while d.finished() is None:
+        d.feed(ModelCallFailed(call_id=d.call_id, kind=kind, status=status, message=message))
+        if d.phase == "waiting_retry":
+            d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+
+
+@pytest.mark.spec("R-CATEGORY-1", "R-RETRY-4", "R-AUTH-1")
+@pytest.mark.parametrize(
+    ("kind", "status", "category"),
+    [
+        ("rate_limited", 429, "rate_limit"),
+        ("auth", 401, "authentication_failed"),
+        ("server_error", 503, "unknown"),
+    ],
+)
+def test_api_error_messages_carry_the_category_under_claude_codes_texts(
+    kind: str, status: int, category: str
+) -> None:
+    """Under claude_code_2_1_88() the emitted and stored API error carries Claude Code's
+    category; the default profile leaves it empty (its kind says it)."""
+    for make, expected in ((claude_code_2_1_88, category), (default, "")):
+        d = Driver(make())
+        _exhaust(d, kind, status, "nope")
+        errors = [
+            m for m in d.state.conversation if isinstance(m, AssistantMessage) and m.api_error
+        ]
+        assert len(errors) == 1 and errors[0].api_error is not None
+        assert errors[0].api_error.kind == kind
+        assert errors[0].api_error.category == expected
+        assert errors[0] in d.emitted()
+
+
+@pytest.mark.spec("R-CATEGORY-1", "R-PTL-1")
+def test_prompt_too_long_keeps_the_apis_words_as_details() -> None:
+    """The message says "Prompt is too long"; the API's own text (with the token counts) is
+    kept in ``details``, as Claude Code keeps it in errorDetails."""
+    d = Driver(claude_code_2_1_88())
+    raw = "prompt is too long: 210000 tokens > 200000 maximum"
+    d.feed(ModelCallFailed(call_id=1, kind="prompt_too_long", status=400, message=raw))
+    err = next(m for m in d.emitted() if isinstance(m, AssistantMessage) and m.api_error)
+    assert err.api_error is not None
+    assert (err.api_error.message, err.api_error.details) == ("Prompt is too long", raw)
+    assert err.api_error.category == "invalid_request"

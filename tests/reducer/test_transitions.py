@@ -127,7 +127,7 @@ def result(mid: str, tid: str, content: str, *, is_error: bool = False) -> UserM
 
 
 def api_error(
-    mid: str, call: int, kind: str, text: str, status: int | None = None
+    mid: str, call: int, kind: str, text: str, status: int | None = None, category: str = ""
 ) -> AssistantMessage:
     return AssistantMessage(
         id=mid,
@@ -135,7 +135,7 @@ def api_error(
         model=SYNTHETIC,
         content=(TextBlock(text=text),),
         stop_reason="stop_sequence",
-        api_error=ErrorInfo(kind=kind, message=text, status=status),
+        api_error=ErrorInfo(kind=kind, message=text, status=status, category=category),
     )
 
 
@@ -299,7 +299,8 @@ def test_blocking_limit_after_failed_auto_compact_in_2_1_88() -> None:
         Compact(compact_id=1, conversation=conv, trigger="auto", pre_tokens=178_011),
     )
     assert prev.phase == "compacting"
-    err = api_error("m4", 1, "blocking_limit", PTL_TEXT)
+    # Claude Code's category for it (R-CATEGORY-1): the 2.1.88 profile uses its texts
+    err = api_error("m4", 1, "blocking_limit", PTL_TEXT, category="invalid_request")
     assert step(prev, CompactionFailed(compact_id=1, reason="summary failed"), cfg) == (
         evolve(
             prev,
