@@ -98,7 +98,7 @@ from reducer.state import (
     Session,
     Slot,
 )
-from reducer.texts import error_category
+from reducer.texts import error_category, interrupted_result, refusal_text, rejected_result
 from reducer.transitions import (
     AbortedStreaming,
     AbortedTools,
@@ -137,12 +137,8 @@ MOT_NUDGE: Final = (
     "pieces."
 )
 PROMPT_TOO_LONG: Final = "Prompt is too long"
-INTERRUPTED_RESULT: Final = "Interrupted by user"
 FALLBACK_RESULT: Final = "Model fallback triggered"
-REJECTED_RESULT: Final = (
-    "The user rejected this tool use; nothing was executed. Stop and wait for the user's "
-    "instructions."
-)
+# The texts that differ between steploop's and Claude Code's style live in reducer/texts.py.
 MOT_REASONS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
 RETRYABLE: Final = frozenset({"rate_limited", "overloaded", "server_error", "connection"})
 
@@ -624,7 +620,8 @@ def on_permission(s: LoopState, e: PermissionAnswered, cfg: LoopConfig, fx: FX) 
         s = _set_slot(s, i, evolve(sl, status="done", result=result))
         return _after_slot_change(s, cfg, fx, e.at_ms)
     if e.decision == "rejected_by_user":  # [R-PERM-3] the user's rejection aborts the round
-        result = ToolResultBlock(tool_use_id=sl.tool_use_id, content=REJECTED_RESULT, is_error=True)
+        text = rejected_result(cfg, e.reason)  # [R-TEXTS-1]
+        result = ToolResultBlock(tool_use_id=sl.tool_use_id, content=text, is_error=True)
         s = _set_slot(s, i, evolve(sl, status="done", result=result))
         return _interrupt(s, cfg, fx, "hard", e.at_ms)
     assert_never(e.decision)
@@ -709,6 +706,7 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
         turn_output_tokens=s.turn_output_tokens + e.usage.output_tokens,
         last_assistant_at_ms=e.at_ms,
         last_usage=e.usage,
+        pause_resumes=s.pause_resumes if e.stop_reason == "pause_turn" else 0,  # [S-PAUSE-1]
     )
     if e.stop_reason in MOT_REASONS:  # [R-MOT-1] withheld until recovery fails [G9]
         if e.stop_reason == "max_tokens":
@@ -720,6 +718,8 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             text = "API Error: The model has reached its context window limit."
         s, err = _api_error(s, "max_output_tokens", text, cfg=cfg)
         s = evolve(s, round=evolve(s.round, withheld=err))
+    elif e.stop_reason == "refusal":
+        s = _refusal(s, e, cfg, fx)
     s = _emit_ready_summary(s, fx)  # [R-SUM-1] the previous round's summary, after the stream
     s = _schedule(s, cfg, fx)
     s = _release(s, cfg, fx)
@@ -729,6 +729,15 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             return _after_tools(s, cfg, fx, e.at_ms)
         return s
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _refusal(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[R-REFUSAL-1] the model refused: an API-error message (the usage-policy text), emitted
+    at once; the turn then ends as an API error does (G1), without stop hooks."""
+    text = refusal_text(cfg, s.model, e.stop_details)
+    s, err = _api_error(s, "refusal", text, cfg=cfg, details=e.stop_details or "")
+    fx.append(Emit(item=err))
+    return evolve(s, round=evolve(s.round, error_message=err))
 
 
 def _served(r: Round, e: ModelResponseEnded) -> tuple[AssistantMessage, ...]:
@@ -1040,6 +1049,10 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     if r.error_message is not None:  # [G1] an API error ends the turn without stop hooks
         s = _commit(s, [r.error_message])
         return _finish(s, cfg, fx, Completed())
+    if r.stop_reason == "pause_turn" and cfg.pause_turn_resumes:  # [S-PAUSE-1]
+        if s.pause_resumes < cfg.pause_turn_resumes:
+            return _resume_paused(s, cfg, fx, now)
+        s = _pause_cap_reached(s, cfg, fx)  # then the pause ends the turn as end_turn does
     hid = s.ids.hooks + 1
     s = evolve(
         s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid)
@@ -1051,6 +1064,28 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             stop_hook_active=s.stop_hook_active,
         )
     )
+    return s
+
+
+def _resume_paused(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    """[S-PAUSE-1] a paused server-tool loop is resumed: the paused response is committed and
+    the conversation sent again (through the round pipeline), with no user message. Not a
+    transition: ``state.transition`` stays, like a retry."""
+    s = _commit(s)
+    s = evolve(s, pause_resumes=s.pause_resumes + 1)
+    return _begin_round(s, cfg, fx, now)
+
+
+def _pause_cap_reached(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[S-PAUSE-1] the cap of resumes in a row is reached: a warning (not stored)."""
+    s, notice = _system(
+        s,
+        "pause_turn_cap",
+        f"The model paused its turn {s.pause_resumes + 1} times in a row; the cap of "
+        f"{cfg.pause_turn_resumes} resumes is reached, so this pause ends the turn",
+        "warning",
+    )
+    fx.append(Emit(item=notice))
     return s
 
 
@@ -1192,7 +1227,8 @@ def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 
 def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     r = s.round
-    extra: list[Message] = []
+    # a refusal that came with tool calls: its emitted error is stored too [R-REFUSAL-1]
+    extra: list[Message] = [] if r.error_message is None else [r.error_message]
     if r.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(r.withheld)  # [Q-6] a withheld MOT error followed by tool use stays in state
     s = _commit(s, extra)
@@ -1331,9 +1367,11 @@ def _finish(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopSt
 # =============================================================================================
 
 
-def _abort_slots(s: LoopState, fx: FX, kind: str) -> tuple[LoopState, bool]:
-    """Give unfinished calls their synthetic result; under a submit-interrupt, running
-    ``block`` tools keep running (draining). Returns (state, whether anything drains)."""
+def _abort_slots(s: LoopState, cfg: LoopConfig, fx: FX, kind: str) -> tuple[LoopState, bool]:
+    """Give unfinished calls their synthetic result (the rejection text with the streaming
+    executor, else ``Interrupted by user``: [I-2], [R-TEXTS-1]); under a submit-interrupt,
+    running ``block`` tools keep running (draining). Returns (state, whether anything drains)."""
+    text = interrupted_result(cfg)
     r = s.round
     slots = list(r.slots)
     cancel: list[str] = []
@@ -1350,9 +1388,7 @@ def _abort_slots(s: LoopState, fx: FX, kind: str) -> tuple[LoopState, bool]:
             sl,
             status="done",
             synthetic=True,
-            result=ToolResultBlock(
-                tool_use_id=sl.tool_use_id, content=INTERRUPTED_RESULT, is_error=True
-            ),
+            result=ToolResultBlock(tool_use_id=sl.tool_use_id, content=text, is_error=True),
         )
     if cancel:
         fx.append(
@@ -1377,7 +1413,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
     if phase == "streaming":  # [I-2]
         fx.append(CancelModelCall(call_id=r.call_id))
         s = evolve(s, round=evolve(r, ended=True))
-        s, drains = _abort_slots(s, fx, kind)
+        s, drains = _abort_slots(s, cfg, fx, kind)
         s = _release(s, cfg, fx)
         if drains:
             return evolve(
@@ -1387,7 +1423,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
             )
         return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
     if phase == "running_tools":  # [I-3]
-        s, drains = _abort_slots(s, fx, kind)
+        s, drains = _abort_slots(s, cfg, fx, kind)
         s = _release(s, cfg, fx)
         if drains:
             return evolve(
@@ -1399,7 +1435,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
     if phase == "draining":  # [I-4] a second, hard interrupt stops the block tools too
         if kind == "submit":
             return s
-        s, _ = _abort_slots(s, fx, "hard")
+        s, _ = _abort_slots(s, cfg, fx, "hard")
         s = evolve(s, round=evolve(s.round, abort_kind="hard"))
         s = _release(s, cfg, fx)
         assert s.round.pending_terminal is not None
@@ -1425,7 +1461,8 @@ def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -
     """Commit what the round produced, the interruption message on a hard interrupt
     (never on submit), and for aborted tools the max-turns attachment when due."""
     s = _release(s, cfg, fx, everything=True)
-    extra: list[Message] = []
+    err = s.round.error_message  # an emitted refusal is stored [R-REFUSAL-1]
+    extra: list[Message] = [] if err is None else [err]
     if s.round.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(s.round.withheld)
     if s.round.abort_kind == "hard":

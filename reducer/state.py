@@ -176,6 +176,7 @@ class LoopState:
     summary_text: str | None = None
     summary_tool_ids: tuple[str, ...] = ()
     last_usage: Usage | None = None
+    pause_resumes: int = 0  # paused responses resumed in a row [S-PAUSE-1]
     round: Round = attrs.field(factory=Round)
     ids: Ids = attrs.field(factory=Ids)
 

@@ -3,6 +3,7 @@ what the client reports, what the machine decides, what goes over the wire."""
 
 from __future__ import annotations
 
+import json
 from contextlib import aclosing
 from typing import Any
 
@@ -14,10 +15,19 @@ from effects.run import PermissionPolicy, RunResult, run
 from reducer import LoopConfig, claude_code_2_1_88, default
 from reducer.conversation import Conversation
 from reducer.effects import CallModel
-from reducer.events import Event, ModelCallFailed, ToolTraits
+from reducer.events import Event, ModelCallFailed, ModelResponseEnded, ToolTraits
 from reducer.messages import AssistantMessage, TextBlock, UserMessage
 from reducer.transitions import Completed
-from tests.support.messages_server import MessagesServer, error_response, text_response
+from tests.support.messages_server import (
+    BlockSpec,
+    Frame,
+    MessagesServer,
+    StreamScript,
+    error_response,
+    response_script,
+    text_block,
+    text_response,
+)
 
 MODEL = "claude-test-1"
 OVERFLOW = "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000"
@@ -106,3 +116,82 @@ async def test_a_run_resends_with_the_cap_that_fits(
         10_941,
     ]
     assert not api_errors(result)
+
+
+# --- R-REFUSAL-1 ------------------------------------------------------------------------------
+
+
+def refusal_script() -> Any:
+    """A streamed refusal: some text, then message_delta with stop_reason refusal and the
+    API's stop_details."""
+    script = response_script(text_block("I can"), stop_reason="refusal")
+    frames = list(script.items)
+    for i, item in enumerate(frames):
+        if isinstance(item, Frame) and item.event == "message_delta":
+            data = dict(item.data)
+            data["delta"] = {**data["delta"], "stop_details": STOP_DETAILS}
+            frames[i] = Frame("message_delta", data)
+    return StreamScript(tuple(frames))
+
+
+STOP_DETAILS = {"type": "refusal", "category": "bio", "explanation": "Dangerous lab methods."}
+
+
+@pytest.mark.spec("R-REFUSAL-1")
+@pytest.mark.anyio
+async def test_a_refusal_ends_the_turn_with_its_explanation(
+    server: MessagesServer, sdk: anthropic.AsyncAnthropic
+) -> None:
+    """End to end, streaming and not: the explanation the API gives in stop_details reaches the
+    API-error message (before, the turn ended completed with no message at all)."""
+    server.enqueue(refusal_script())
+    result = await turn(sdk, default())
+    assert result.terminal == Completed()
+    (err,) = api_errors(result)
+    assert err.api_error is not None and err.api_error.kind == "refusal"
+    assert json.loads(err.api_error.details) == STOP_DETAILS
+    assert "Policy category: bio. Dangerous lab methods." in err.api_error.message
+    server.enqueue(refusal_script())
+    effect = CallModel(
+        call_id=1,
+        model=MODEL,
+        conversation=Conversation.of([UserMessage(id="u", content=(TextBlock(text="hi"),))]),
+        max_tokens=100,
+        streaming=False,
+    )
+    async with aclosing(client(sdk).stream(effect)) as stream:
+        events = [e async for e in stream]
+    end = events[-1]
+    assert isinstance(end, ModelResponseEnded) and end.stop_reason == "refusal"
+    assert end.stop_details is not None and json.loads(end.stop_details) == STOP_DETAILS
+
+
+# --- S-PAUSE-1 --------------------------------------------------------------------------------
+
+SEARCH_USE = {"type": "server_tool_use", "id": "srvtoolu_9", "name": "web_search", "input": {}}
+
+
+@pytest.mark.spec("S-PAUSE-1", "R-BLOCK-2")
+@pytest.mark.anyio
+async def test_a_paused_turn_is_resumed_with_the_paused_response(
+    server: MessagesServer, sdk: anthropic.AsyncAnthropic
+) -> None:
+    """Default profile, end to end: the second request sends the paused answer back as the
+    last message, byte-equal; the turn completes with the continued answer. Under the 2.1.88
+    profile the pause ends the turn after one request."""
+    paused = response_script(
+        text_block("Searching."), BlockSpec(SEARCH_USE), stop_reason="pause_turn"
+    )
+    server.enqueue(paused, text_response("Found it."))
+    result = await turn(sdk, default())
+    assert result.terminal == Completed()
+    messages = server.requests[1].json["messages"]
+    assert messages[-1]["role"] == "assistant"
+    # the cache marker goes on the text: the opaque block is sent exactly as received
+    assert [json.dumps(b) for b in messages[-1]["content"]] == [
+        json.dumps({"type": "text", "text": "Searching.", "cache_control": {"type": "ephemeral"}}),
+        json.dumps(SEARCH_USE),
+    ]
+    server.enqueue(paused)
+    result = await turn(sdk, claude_code_2_1_88())
+    assert result.terminal == Completed() and len(server.requests) == 3

@@ -8,15 +8,29 @@ from typing import Any
 
 import pytest
 
-from reducer import claude_code_2_1_88, default
+from reducer import LoopConfig, claude_code_2_1_88, default
 from reducer.effects import CallModel, Emit, Finish, RunStopHooks, Wait
-from reducer.events import ModelBlockReceived, ModelCallFailed, ModelResponseEnded, WaitElapsed
-from reducer.messages import AssistantMessage, OpaqueBlock, TextBlock, Usage
+from reducer.events import (
+    Interrupted,
+    ModelBlockReceived,
+    ModelCallFailed,
+    ModelResponseEnded,
+    PermissionAnswered,
+    WaitElapsed,
+)
+from reducer.messages import (
+    AssistantMessage,
+    OpaqueBlock,
+    TextBlock,
+    ToolResultBlock,
+    Usage,
+    UserMessage,
+)
 from reducer.serialize import structure, unstructure
 from reducer.state import LoopState
-from reducer.texts import error_category
+from reducer.texts import INTERRUPTED_TOOL_RESULT, REJECTED_RESULT, error_category
 from reducer.transitions import Completed
-from tests.reducer.driver import Driver, usage
+from tests.reducer.driver import UNSAFE, Driver, usage
 
 SEARCH_USE = '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"q":"x"}}'
 SEARCH_RESULT = (
@@ -319,3 +333,251 @@ def test_prompt_too_long_keeps_the_apis_words_as_details() -> None:
     assert err.api_error is not None
     assert (err.api_error.message, err.api_error.details) == ("Prompt is too long", raw)
     assert err.api_error.category == "invalid_request"
+
+
+# --- R-REFUSAL-1: stop_reason "refusal" ---------------------------------------------------------
+
+DETAILS = '{"type":"refusal","category":"cyber","explanation":"This could enable malware."}'
+
+
+def refuse(d: Driver, details: str | None = DETAILS) -> None:
+    d.feed(
+        ModelResponseEnded(
+            call_id=d.call_id,
+            model=d.state.model,
+            stop_reason="refusal",
+            usage=usage(),
+            stop_details=details,
+        )
+    )
+
+
+def api_error_messages(items: Any) -> list[AssistantMessage]:
+    return [m for m in items if isinstance(m, AssistantMessage) and m.api_error is not None]
+
+
+@pytest.mark.spec("R-REFUSAL-1", "G1")
+def test_refusal_ends_the_turn_as_an_api_error_with_its_explanation() -> None:
+    """Default texts: the partial answer is kept, an API error naming the policy category and
+    the API's explanation is emitted and stored (stop_details kept in details), and the turn
+    ends completed without stop hooks."""
+    d = Driver(default())
+    d.text("I can help with")
+    refuse(d)
+    errors = api_error_messages(d.emitted())
+    assert len(errors) == 1
+    err = errors[0]
+    assert err.api_error is not None and err.api_error.kind == "refusal"
+    assert err.content == (
+        TextBlock(
+            text="API Error: The model refused to respond to this request. Policy category: "
+            "cyber. This could enable malware."
+        ),
+    )
+    assert err.api_error.details == DETAILS and err.api_error.category == ""
+    fin = d.finished()
+    assert fin is not None and fin.terminal == Completed()
+    assert not d.of(RunStopHooks)
+    stored = list(d.state.conversation)
+    assert stored[-1] == err
+    assert isinstance(stored[-2], AssistantMessage) and stored[-2].stop_reason == "refusal"
+
+
+@pytest.mark.spec("R-REFUSAL-1", "R-TEXTS-1", "R-CATEGORY-1")
+@pytest.mark.parametrize(
+    ("overrides", "tail"),
+    [
+        (
+            {},
+            " Please double press esc to edit your last message or start a new session for "
+            "Claude Code to assist with a different task. If you are seeing this refusal "
+            "repeatedly, try running /model claude-sonnet-4-20250514 to switch models.",
+        ),
+        (
+            {"non_interactive": True},
+            " Try rephrasing the request or attempting a different approach. If you are seeing "
+            "this refusal repeatedly, try running /model claude-sonnet-4-20250514 to switch "
+            "models.",
+        ),
+        (
+            {"non_interactive": True, "model": "claude-sonnet-4-20250514"},
+            " Try rephrasing the request or attempting a different approach.",
+        ),
+    ],
+)
+def test_refusal_under_claude_codes_texts(overrides: dict[str, Any], tail: str) -> None:
+    """claude_code_2_1_88(): Claude Code's usage-policy text (interactive or not, with the
+    model suggestion unless on claude-sonnet-4-20250514), category invalid_request."""
+    d = Driver(claude_code_2_1_88(**overrides))
+    refuse(d, None)
+    err = api_error_messages(d.emitted())[0]
+    assert err.content == (
+        TextBlock(
+            text="API Error: Claude Code is unable to respond to this request, which appears to "
+            "violate our Usage Policy (https://www.anthropic.com/legal/aup)." + tail
+        ),
+    )
+    assert err.api_error is not None and err.api_error.category == "invalid_request"
+    assert d.finished() is not None and not d.of(RunStopHooks)
+
+
+@pytest.mark.spec("R-REFUSAL-1", "G13")
+def test_refusal_with_a_tool_call_runs_the_tool_and_keeps_the_error() -> None:
+    """A refusal after a complete tool call: the call runs (its result answers it), the error
+    is emitted at the end of the response and stored after the round's results."""
+    d = Driver(default())
+    d.tool_use("t1")
+    refuse(d)
+    d.allow("t1")
+    d.finish_tool("t1", "file text")
+    err = api_error_messages(d.emitted())[0]
+    stored = list(d.state.conversation)
+    assert err in stored
+    assert d.transition is not None and d.transition.TAG == "next_turn"
+
+
+# --- S-PAUSE-1: pause_turn ------------------------------------------------------------------------
+
+
+def pause(d: Driver, *blocks: Any) -> None:
+    for b in blocks:
+        d.block(b)
+    d.end("pause_turn")
+
+
+@pytest.mark.spec("S-PAUSE-1")
+def test_default_resumes_a_paused_turn_with_the_paused_response() -> None:
+    """A paused server-tool loop is resumed: the paused blocks are stored and the very next
+    request ends with them (no user message, no stop hooks); the answer then ends the turn."""
+    d = Driver(default())
+    pause(d, TextBlock(text="Searching."), opaque(SEARCH_USE))
+    calls = d.of(CallModel)
+    assert len(calls) == 2 and not d.of(RunStopHooks)
+    last = calls[-1].conversation.messages()[-1]
+    assert isinstance(last, AssistantMessage) and last.content == (opaque(SEARCH_USE),)
+    assert last.stop_reason == "pause_turn"
+    assert d.state.pause_resumes == 1 and d.transition is None  # not a transition
+    d.block(opaque(SEARCH_RESULT))
+    d.reply("Found it.")
+    assert d.state.pause_resumes == 0
+    d.hooks_pass()
+    fin = d.finished()
+    assert fin is not None and fin.terminal == Completed()
+
+
+@pytest.mark.spec("S-PAUSE-1")
+def test_pause_resumes_are_capped_even_for_empty_pauses() -> None:
+    """At most pause_turn_resumes (5) in a row; the next pause emits the cap notice and ends
+    the turn as end_turn does (stop hooks). Empty paused responses count too."""
+    d = Driver(default())
+    for _ in range(5):
+        pause(d)
+    assert len(d.of(CallModel)) == 6 and not d.of(RunStopHooks)
+    pause(d)
+    notices = [m for m in d.emitted() if getattr(m, "subtype", "") == "pause_turn_cap"]
+    assert len(notices) == 1
+    assert notices[0].text == (  # type: ignore[union-attr]
+        "The model paused its turn 6 times in a row; the cap of 5 resumes is reached, so this "
+        "pause ends the turn"
+    )
+    assert d.phase == "stop_hooks" and len(d.of(CallModel)) == 6
+
+
+@pytest.mark.spec("S-PAUSE-1", "P-CC-1")
+def test_claude_code_treats_pause_turn_as_end_turn() -> None:
+    """claude_code_2_1_88(): no resume; the paused response goes to the stop hooks."""
+    d = Driver(claude_code_2_1_88())
+    pause(d, opaque(SEARCH_USE))
+    assert d.phase == "stop_hooks" and len(d.of(CallModel)) == 1
+    assert not [m for m in d.emitted() if getattr(m, "subtype", "") == "pause_turn_cap"]
+
+
+# --- R-TEXTS-1 and defect 3: the texts of interrupted and rejected calls ------------------------
+
+CC_REJECT = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it "
+    "was a file edit, the new_string was NOT written to the file). STOP what you are doing and "
+    "wait for the user to tell you how to proceed."
+)
+
+
+def tool_results(d: Driver) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for m in d.state.conversation:
+        for b in getattr(m, "content", ()):
+            if isinstance(b, ToolResultBlock):
+                out[b.tool_use_id] = b.content
+    return out
+
+
+def interrupted_round(cfg: LoopConfig, kind: str = "hard", *, after_stream: bool) -> Driver:
+    """t1 running, t2 waiting for permission (or queued), then an interrupt."""
+    d = Driver(cfg)
+    d.tool_use("t1", name="Edit", traits=UNSAFE)
+    d.tool_use("t2", name="Write", traits=UNSAFE)
+    if after_stream:
+        d.end("tool_use")
+        d.allow("t1")
+    d.feed(Interrupted(kind=kind))  # type: ignore[arg-type]
+    return d
+
+
+@pytest.mark.spec("I-2", "I-3", "R-TEXTS-1")
+@pytest.mark.parametrize("after_stream", [False, True])
+@pytest.mark.parametrize(
+    ("make", "executor", "text"),
+    [
+        (default, True, INTERRUPTED_TOOL_RESULT),
+        (default, False, "Interrupted by user"),
+        (claude_code_2_1_88, True, CC_REJECT),
+        (claude_code_2_1_88, False, "Interrupted by user"),
+    ],
+)
+def test_interrupted_calls_get_the_text_of_their_path(
+    make: Any, executor: bool, text: str, after_stream: bool
+) -> None:
+    """With the streaming executor (every profile's default) an interrupted call gets the
+    rejection text (Claude Code's REJECT_MESSAGE, or steploop's own, which does not claim that
+    nothing ran); without it, the reference's 'Interrupted by user'. The turn's interruption
+    messages are the same in both styles."""
+    cfg = make().with_overrides({"gates.streaming_tool_execution": executor})
+    d = interrupted_round(cfg, after_stream=after_stream)
+    assert tool_results(d) == {"t1": text, "t2": text}
+    note = (
+        "[Request interrupted by user for tool use]"
+        if after_stream
+        else "[Request interrupted by user]"
+    )
+    last = d.state.conversation.messages()[-1]
+    assert isinstance(last, UserMessage) and last.content == (TextBlock(text=note),)
+
+
+@pytest.mark.spec("R-PERM-3", "R-TEXTS-1")
+@pytest.mark.parametrize(
+    ("make", "reason", "text"),
+    [
+        (default, "", REJECTED_RESULT),
+        (default, "use git mv", REJECTED_RESULT),
+        (claude_code_2_1_88, "", CC_REJECT),
+        (
+            claude_code_2_1_88,
+            "use git mv",
+            "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. "
+            "if it was a file edit, the new_string was NOT written to the file). To tell you how "
+            "to proceed, the user said:\nuse git mv",
+        ),
+    ],
+)
+def test_a_rejected_call_gets_the_rejection_text_of_the_style(
+    make: Any, reason: str, text: str
+) -> None:
+    """The call the user rejected: steploop's text, or Claude Code's (with the user's words)."""
+    d = Driver(make())
+    d.tool_use("t1", name="Edit", traits=UNSAFE)
+    d.end("tool_use")
+    d.feed(
+        PermissionAnswered(
+            generation=d.generation, tool_use_id="t1", decision="rejected_by_user", reason=reason
+        )
+    )
+    assert tool_results(d) == {"t1": text}

@@ -56,6 +56,7 @@ from reducer.messages import (
     UserMessage,
 )
 from reducer.state import AutoCompactTracking, BudgetTracker, Ids, LoopState, Round, Slot
+from reducer.texts import INTERRUPTED_TOOL_RESULT
 from reducer.transitions import (
     CONTINUE_TYPES,
     AbortedStreaming,
@@ -487,7 +488,7 @@ def test_aborted_streaming_on_hard_interrupt() -> None:
     r.allow()
     prev = r.s
     blocks = (rec("m2", 1, TextBlock(text="Reading.")), rec("m3", 1, read_use()))
-    res = result("m4", "t1", "Interrupted by user", is_error=True)
+    res = result("m4", "t1", INTERRUPTED_TOOL_RESULT, is_error=True)
     note = UserMessage(
         id="m5", content=(TextBlock(text="[Request interrupted by user]"),), origin="interrupt"
     )
@@ -510,7 +511,7 @@ def test_aborted_streaming_on_hard_interrupt() -> None:
                         traits=SAFE,
                         status="done",
                         result=ToolResultBlock(
-                            tool_use_id="t1", content="Interrupted by user", is_error=True
+                            tool_use_id="t1", content=INTERRUPTED_TOOL_RESULT, is_error=True
                         ),
                         synthetic=True,
                         message=res,
@@ -564,7 +565,7 @@ def test_aborted_tools_on_hard_interrupt() -> None:
     cfg = default()
     r = _edit_running(cfg)
     prev = r.s
-    res = result("m3", "t1", "Interrupted by user", is_error=True)
+    res = result("m3", "t1", INTERRUPTED_TOOL_RESULT, is_error=True)
     note = UserMessage(
         id="m4",
         content=(TextBlock(text="[Request interrupted by user for tool use]"),),
@@ -576,7 +577,7 @@ def test_aborted_tools_on_hard_interrupt() -> None:
         input=EDIT_INPUT,
         traits=UNSAFE,
         status="done",
-        result=ToolResultBlock(tool_use_id="t1", content="Interrupted by user", is_error=True),
+        result=ToolResultBlock(tool_use_id="t1", content=INTERRUPTED_TOOL_RESULT, is_error=True),
         synthetic=True,
         message=res,
     )
@@ -606,7 +607,7 @@ def test_aborted_tools_emits_max_turns_reached_when_due() -> None:
     cfg = LoopConfig(max_turns=1)
     r = _edit_running(cfg)
     prev = r.s
-    res = result("m3", "t1", "Interrupted by user", is_error=True)
+    res = result("m3", "t1", INTERRUPTED_TOOL_RESULT, is_error=True)
     note = UserMessage(
         id="m4",
         content=(TextBlock(text="[Request interrupted by user for tool use]"),),
@@ -621,7 +622,7 @@ def test_aborted_tools_emits_max_turns_reached_when_due() -> None:
         input=EDIT_INPUT,
         traits=UNSAFE,
         status="done",
-        result=ToolResultBlock(tool_use_id="t1", content="Interrupted by user", is_error=True),
+        result=ToolResultBlock(tool_use_id="t1", content=INTERRUPTED_TOOL_RESULT, is_error=True),
         synthetic=True,
         message=res,
     )
