@@ -126,9 +126,17 @@ class ModelCallFailed:
             raise ValueError(f"unknown failure kind {self.kind!r}; expected one of {FAILURE_KINDS}")
 
 
+HookEvent: TypeAlias = Literal["PreToolUse", "PostToolUse"]
+
+
 @attrs.frozen(kw_only=True)
 class ToolFinished:
-    """A tool started by ``StartTool(generation, tool_use_id)`` finished (completion order)."""
+    """A tool started by ``StartTool(generation, tool_use_id)`` finished (completion order).
+
+    ``hook_stopped``: a hook asked the loop to stop after this call; ``hook_event`` says which
+    (a PreToolUse hook that let the call run, or a PostToolUse hook) and ``hook_stop_reason``
+    the hook's own stop reason, if it gave one (T-HOOK-1).
+    """
 
     TAG: ClassVar[str] = "tool_finished"
     generation: int
@@ -136,6 +144,8 @@ class ToolFinished:
     content: str
     is_error: bool = False
     hook_stopped: bool = False
+    hook_event: HookEvent = "PostToolUse"
+    hook_stop_reason: str = ""
     at_ms: int = 0
 
 

@@ -673,7 +673,10 @@ def on_tool_finished(s: LoopState, e: ToolFinished, cfg: LoopConfig, fx: FX) -> 
     # [T-HOOK-1] / [Q-2]: the reference ignores hook stops of tools finishing mid-stream
     hook = e.hook_stopped and not (cfg.compat.ignore_midstream_hook_stop and not s.round.ended)
     result = ToolResultBlock(tool_use_id=sl.tool_use_id, content=content, is_error=e.is_error)
-    s = _set_slot(s, i, evolve(sl, status="done", result=result, hook_stopped=hook))
+    done = evolve(sl, status="done", result=result, hook_stopped=hook)
+    if hook:
+        done = evolve(done, hook_event=e.hook_event, hook_reason=e.hook_stop_reason)
+    s = _set_slot(s, i, done)
     if hook:
         s = evolve(s, round=evolve(s.round, hook_stop=True))
     if e.is_error and sl.traits.cancels_siblings_on_error and s.round.sibling_error is None:
@@ -1266,9 +1269,7 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             summary_tool_ids=ids,
         )
     if r.hook_stop:  # [T-HOOK-1]
-        s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "PostToolUse"),))
-        fx.append(Emit(item=att))
-        s = evolve(s, conversation=s.conversation.append(att))
+        s = _hook_stop_attachments(s, fx)
         return _finish(s, cfg, fx, HookStopped())
     if s.tracking.compacted:
         s = evolve(s, tracking=evolve(s.tracking, turn_counter=s.tracking.turn_counter + 1))
@@ -1285,6 +1286,35 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         s = _max_turns_attachment(s, cfg, fx, next_count)
         return _finish(s, cfg, fx, MaxTurns(turn_count=next_count))
     return _continue(s, cfg, fx, NextTurn(), now)
+
+
+HOOK_STOP_DEFAULTS: Final = {
+    "PreToolUse": "Execution stopped by hook",
+    "PostToolUse": "Execution stopped by PostToolUse hook",
+}
+"""The attachment's message when the hook gave no stop reason (the reference's texts)."""
+
+
+def _hook_stop_attachments(s: LoopState, fx: FX) -> LoopState:
+    """[T-HOOK-1] one ``hook_stopped_continuation`` per call a hook stopped, in tool_use
+    order, as the reference builds it: the message, the hook's name (event:tool), the call."""
+    for sl in s.round.slots:
+        if not sl.hook_stopped:
+            continue
+        event = sl.hook_event or "PostToolUse"
+        data: tuple[tuple[str, str | int | bool | None], ...] = (
+            (
+                "message",
+                sl.hook_reason or HOOK_STOP_DEFAULTS.get(event, "Execution stopped by hook"),
+            ),
+            ("hookName", f"{event}:{sl.name}"),
+            ("toolUseID", sl.tool_use_id),
+            ("hookEvent", event),
+        )
+        s, att = _attachment(s, "hook_stopped_continuation", data)
+        fx.append(Emit(item=att))
+        s = evolve(s, conversation=s.conversation.append(att))
+    return s
 
 
 def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int) -> LoopState:
@@ -1514,11 +1544,17 @@ def on_interrupted(s: LoopState, e: Interrupted, cfg: LoopConfig, fx: FX) -> Loo
 
 
 def _task_budget_carry(s: LoopState) -> LoopState:
-    """[R-TASK-1] at every compaction the server loses sight of the pre-compact window."""
+    """[R-TASK-1] at every compaction the server loses sight of the pre-compact window: the
+    input + output of the last response with real usage in the pre-compact conversation,
+    which may be the previous user turn's (the reference's finalContextTokensFromLastResponse)."""
     if s.task_budget_total is None:
         return s
-    u = s.last_usage
-    final = (u.input_tokens + u.output_tokens) if u is not None else 0
+    final = 0
+    for m in s.conversation.reversed():
+        if isinstance(m, AssistantMessage) and m.usage is not None:
+            if m.api_error is None and m.model != SYNTHETIC_MODEL:
+                final = m.usage.input_tokens + m.usage.output_tokens
+                break
     base = s.task_budget_remaining if s.task_budget_remaining is not None else s.task_budget_total
     return evolve(s, task_budget_remaining=max(0, base - final))
 

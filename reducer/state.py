@@ -76,6 +76,8 @@ class Slot:
     result: ToolResultBlock | None = None
     synthetic: bool = False
     hook_stopped: bool = False
+    hook_event: str = ""  # which hook stopped the turn, and its reason [T-HOOK-1]
+    hook_reason: str = ""
     message: UserMessage | None = None  # set once the result is emitted
 
 

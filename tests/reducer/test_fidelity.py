@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from reducer import LoopConfig, claude_code_2_1_88, default
-from reducer.effects import CallModel, Emit, Finish, RunStopHooks, Wait
+from reducer import LoopConfig, claude_code_2_1_88, default, full
+from reducer.effects import CallModel, Compact, Emit, Finish, RunStopHooks, TaskBudget, Wait
 from reducer.events import (
+    CompactionFinished,
     Interrupted,
     ModelBlockReceived,
     ModelCallFailed,
@@ -20,7 +21,9 @@ from reducer.events import (
 )
 from reducer.messages import (
     AssistantMessage,
+    AttachmentMessage,
     OpaqueBlock,
+    SystemMessage,
     TextBlock,
     ToolResultBlock,
     Usage,
@@ -581,3 +584,119 @@ def test_a_rejected_call_gets_the_rejection_text_of_the_style(
         )
     )
     assert tool_results(d) == {"t1": text}
+
+
+# --- defect 1: the task budget after a compaction in a turn's first round ---------------------
+
+
+def _compacted(cid: int) -> CompactionFinished:
+    return CompactionFinished(
+        compact_id=cid,
+        messages=(
+            SystemMessage(
+                id=f"c{cid}.b", subtype="compact_boundary", text="Conversation compacted"
+            ),
+            UserMessage(
+                id=f"c{cid}.s",
+                content=(TextBlock(text="Summary."),),
+                is_meta=True,
+                origin="summary",
+            ),
+        ),
+    )
+
+
+def _turn_one(cfg: LoopConfig) -> Driver:
+    d = Driver(cfg, "first")
+    d.reply("long answer", Usage(input_tokens=170_000, output_tokens=1_000))
+    d.hooks_pass()
+    assert d.finished() is not None
+    return d
+
+
+@pytest.mark.spec("R-TASK-1", "R-CTX-4")
+def test_auto_compact_in_a_turns_first_round_subtracts_the_previous_turns_usage() -> None:
+    """The issue's repro (2.1.88 profile): turn 1 ends at 170,000 in / 1,000 out; turn 2 with
+    task_budget=5000 auto-compacts before its first call, and that call's remaining budget is
+    max(0, 5000 - 171,000) = 0 (it was sent as 5000: nothing had been subtracted)."""
+    cfg = claude_code_2_1_88()
+    one = _turn_one(cfg)
+    two = Driver(cfg, "second", session=one.state.session(), task_budget=5_000)
+    compacts = two.of(Compact)
+    assert len(compacts) == 1 and compacts[0].trigger == "auto"
+    two.feed(_compacted(compacts[0].compact_id))
+    call = two.of(CallModel)[-1]
+    assert call.task_budget == TaskBudget(total=5_000, remaining=0)
+
+
+@pytest.mark.spec("R-TASK-1", "C-REACTIVE-1")
+def test_reactive_compact_after_a_first_call_prompt_too_long_subtracts_it_too() -> None:
+    """full(): the first call of turn 2 fails prompt-too-long; the reactive compaction
+    subtracts turn 1's last usage (input 1,000 + output 500) from 10,000."""
+    cfg = full()
+    one = Driver(cfg, "first")
+    one.reply("answer", Usage(input_tokens=1_000, output_tokens=500))
+    one.hooks_pass()
+    two = Driver(cfg, "second", session=one.state.session(), task_budget=10_000)
+    two.feed(ModelCallFailed(call_id=two.call_id, kind="prompt_too_long", status=400))
+    (compact,) = two.of(Compact)
+    assert compact.trigger == "reactive"
+    two.feed(_compacted(compact.compact_id))
+    assert two.of(CallModel)[-1].task_budget == TaskBudget(total=10_000, remaining=8_500)
+
+
+# --- defect 2: which hook stopped the turn ------------------------------------------------------
+
+
+def attachments(d: Driver) -> list[AttachmentMessage]:
+    return [m for m in d.emitted() if isinstance(m, AttachmentMessage)]
+
+
+@pytest.mark.spec("T-HOOK-1")
+@pytest.mark.parametrize(
+    ("event", "reason", "message"),
+    [
+        ("PreToolUse", "protected file", "protected file"),
+        ("PreToolUse", "", "Execution stopped by hook"),
+        ("PostToolUse", "", "Execution stopped by PostToolUse hook"),
+        ("PostToolUse", "lint failed", "lint failed"),
+    ],
+)
+def test_the_hook_stop_attachment_names_the_hook_its_reason_and_the_call(
+    event: str, reason: str, message: str
+) -> None:
+    """The attachment is the reference's: the stop reason (or the hook's default text), the
+    hook's name (event:tool), the tool_use_id and the event; it was always PostToolUse."""
+    d = Driver(default())
+    d.tool_use("t1", name="Edit", traits=UNSAFE)
+    d.end("tool_use")
+    d.allow("t1")
+    d.finish_tool("t1", "edited", hook_stopped=True, hook_event=event, hook_stop_reason=reason)
+    (att,) = attachments(d)
+    assert att.attachment_type == "hook_stopped_continuation"
+    assert att.data == (
+        ("message", message),
+        ("hookName", f"{event}:Edit"),
+        ("toolUseID", "t1"),
+        ("hookEvent", event),
+    )
+    fin = d.finished()
+    assert fin is not None and fin.terminal.TAG == "hook_stopped"
+    assert d.state.conversation.messages()[-1] == att
+
+
+@pytest.mark.spec("T-HOOK-1", "Q-2")
+@pytest.mark.parametrize(("make", "count"), [(default, 2), (claude_code_2_1_88, 1)])
+def test_every_stopping_hook_gets_its_attachment_in_tool_use_order(make: Any, count: int) -> None:
+    """Two calls stopped by hooks: one attachment each, in tool_use order. Under Q-2 (2.1.88)
+    the safe call that finished mid-stream is ignored, as the reference ignores it."""
+    d = Driver(make())
+    d.tool_use("t1", name="Read")
+    d.allow("t1")
+    d.finish_tool("t1", "text", hook_stopped=True, hook_event="PreToolUse")  # mid-stream
+    d.tool_use("t2", name="Edit", traits=UNSAFE)
+    d.end("tool_use")
+    d.allow("t2")
+    d.finish_tool("t2", "edited", hook_stopped=True, hook_stop_reason="stop now")
+    got = [dict(a.data)["toolUseID"] for a in attachments(d)]
+    assert got == ["t1", "t2"][-count:]

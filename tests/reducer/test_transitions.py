@@ -739,7 +739,14 @@ def test_hook_stopped_after_round_results() -> None:
     prev = r.s
     res = result("m3", "t1", "blocked by PostToolUse hook")
     att = AttachmentMessage(
-        id="m4", attachment_type="hook_stopped_continuation", data=(("hookName", "PostToolUse"),)
+        id="m4",
+        attachment_type="hook_stopped_continuation",
+        data=(  # the reference's attachment (issue 15, defect 2)
+            ("message", "Execution stopped by PostToolUse hook"),
+            ("hookName", "PostToolUse:Edit"),
+            ("toolUseID", "t1"),
+            ("hookEvent", "PostToolUse"),
+        ),
     )
     slot = Slot(
         tool_use_id="t1",
@@ -749,6 +756,7 @@ def test_hook_stopped_after_round_results() -> None:
         status="done",
         result=ToolResultBlock(tool_use_id="t1", content="blocked by PostToolUse hook"),
         hook_stopped=True,
+        hook_event="PostToolUse",
         message=res,
     )
     e = ToolFinished(
