@@ -427,4 +427,17 @@ def profiles_markdown() -> str:
         lines.append(
             f"| `{d}` | " + " | ".join(f"`{getattr(c, d)!r}`" for c in cfgs.values()) + " |"
         )
+    lines += _fidelity_rows()
     return "\n".join(lines) + "\n"
+
+
+def _fidelity_rows() -> list[str]:
+    """The rules of API fidelity and the keys they read (specs/ R-OVERFLOW-1 ... R-CATEGORY-1)."""
+    return [
+        "",
+        "Rules that read these keys (API fidelity): R-OVERFLOW-1 (`overflow_safety_buffer`,",
+        "`floor_output_tokens`, `thinking_budget`; every profile), R-REFUSAL-1 (`texts`,",
+        "`non_interactive`; every profile), S-PAUSE-1 (`pause_turn_resumes`: 0 is the reference's",
+        "pause_turn-as-end_turn), R-TEXTS-1 and R-CATEGORY-1 (`texts`), R-BLOCK-1/2 (no key:",
+        "every profile keeps and resends every content block).",
+    ]

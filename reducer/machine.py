@@ -187,7 +187,7 @@ def _api_error(
     API's own words (they decide the category, [R-CATEGORY-1]); ``details`` what the text
     leaves out."""
     s, mid = _msg_id(s)
-    category = error_category(kind, status, raw or text) if cfg.texts == "claude_code" else ""
+    category = error_category(kind, status, raw or text) if cfg.texts == "claude_code" else None
     return s, AssistantMessage(
         id=mid,
         response_id=f"r{s.round.call_id}",

@@ -157,8 +157,9 @@ class ErrorInfo:
 
     ``kind`` is steploop's (a failure kind, ``max_output_tokens``, ``blocking_limit``,
     ``refusal``); ``category`` is Claude Code's name for it (its ``error`` field: ``rate_limit``,
-    ``authentication_failed``, ...), set under the Claude Code texts (specs/ R-CATEGORY-1), ""
-    otherwise. ``details`` keeps what the message text leaves out (Claude Code's
+    ``authentication_failed``, ...; "" where Claude Code sets none), set under the Claude Code
+    texts (specs/ R-CATEGORY-1), None otherwise. ``details`` keeps what the message text leaves
+    out (Claude Code's
     ``errorDetails``: the API's own words for a prompt that is too long, a refusal's
     ``stop_details``).
     """
@@ -166,7 +167,7 @@ class ErrorInfo:
     kind: str
     message: str
     status: int | None = None
-    category: str = ""
+    category: str | None = None
     details: str = ""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -195,3 +196,27 @@ async def test_a_paused_turn_is_resumed_with_the_paused_response(
     server.enqueue(paused)
     result = await turn(sdk, claude_code_2_1_88())
     assert result.terminal == Completed() and len(server.requests) == 3
+
+
+# --- R-CATEGORY-1 in the transcript -----------------------------------------------------------
+
+
+@pytest.mark.spec("R-CATEGORY-1")
+@pytest.mark.parametrize(
+    ("make", "error"), [(claude_code_2_1_88, "rate_limit"), (default, "rate_limited")]
+)
+@pytest.mark.anyio
+async def test_the_transcript_names_the_api_error_category(
+    server: MessagesServer, sdk: anthropic.AsyncAnthropic, tmp_path: Path, make: Any, error: str
+) -> None:
+    """A 429 with no retry left: the Claude Code transcript's API-error record has the error
+    name Claude Code writes under the 2.1.88 profile (steploop's kind by default)."""
+    server.enqueue(error_response(429, "rate_limit_error", "Number of request tokens exceeded"))
+    cfg = make().with_overrides({"retry.max_retries": 0})
+    path = tmp_path / "session.jsonl"
+    async with run("hi", model=client(sdk), config=cfg, transcript_path=path) as r:
+        async for _ in r:
+            pass
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    (rec,) = [x for x in records if x.get("isApiErrorMessage")]
+    assert rec["error"] == error and rec["apiErrorStatus"] == 429

@@ -312,8 +312,8 @@ def test_api_error_messages_carry_the_category_under_claude_codes_texts(
     kind: str, status: int, category: str
 ) -> None:
     """Under claude_code_2_1_88() the emitted and stored API error carries Claude Code's
-    category; the default profile leaves it empty (its kind says it)."""
-    for make, expected in ((claude_code_2_1_88, category), (default, "")):
+    category; the default profile leaves it unset (its kind says it)."""
+    for make, expected in ((claude_code_2_1_88, category), (default, None)):
         d = Driver(make())
         _exhaust(d, kind, status, "nope")
         errors = [
@@ -377,7 +377,7 @@ def test_refusal_ends_the_turn_as_an_api_error_with_its_explanation() -> None:
             "cyber. This could enable malware."
         ),
     )
-    assert err.api_error.details == DETAILS and err.api_error.category == ""
+    assert err.api_error.details == DETAILS and err.api_error.category is None
     fin = d.finished()
     assert fin is not None and fin.terminal == Completed()
     assert not d.of(RunStopHooks)

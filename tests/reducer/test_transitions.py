@@ -128,7 +128,12 @@ def result(mid: str, tid: str, content: str, *, is_error: bool = False) -> UserM
 
 
 def api_error(
-    mid: str, call: int, kind: str, text: str, status: int | None = None, category: str = ""
+    mid: str,
+    call: int,
+    kind: str,
+    text: str,
+    status: int | None = None,
+    category: str | None = None,
 ) -> AssistantMessage:
     return AssistantMessage(
         id=mid,
