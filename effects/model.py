@@ -4,8 +4,12 @@
 ``anthropic.AsyncAnthropic`` (SDK retries off: retrying is the machine's decision) and reports what
 happened as events for that ``call_id``:
 
-- one :class:`~reducer.events.ModelBlockReceived` per *completed* content block, in stream order;
-- then :class:`~reducer.events.ModelResponseEnded` (model, stop reason, usage);
+- one :class:`~reducer.events.ModelBlockReceived` per *completed* content block, in stream order
+  (blocks that arrive whole in ``message_start`` included), every type: text with its citations,
+  thinking and tool_use modelled, anything else kept whole as an
+  :class:`~reducer.messages.OpaqueBlock` and sent back byte-equal (specs/ R-BLOCK-1, R-BLOCK-2);
+- then :class:`~reducer.events.ModelResponseEnded` (served model, stop reason, usage,
+  stop_details);
 - or, on any failure, exactly one :class:`~reducer.events.ModelCallFailed` as the last event.
 
 It reads the SDK's raw stream events (``messages.create(stream=True)``), not ``messages.stream``:
@@ -14,7 +18,9 @@ way. Tool input is parsed strictly, once, from the concatenated ``input_json_del
 that does not parse (typically cut off by max_tokens) is reported as ``input={}`` with
 ``input_complete=False`` so the machine never runs it.
 
-Per call the client converts only the conversation records appended since its previous request
+A non-streaming call reads the response body as JSON, not through the SDK's types (they know only
+some block types). Per call the client converts only the conversation records appended since its
+previous request
 (the same bytes :func:`build_request` gives), and after ``message_stop`` it reads the end of the
 response body (briefly) so the SDK can reuse the connection for the next call.
 
