@@ -32,6 +32,7 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
+from reducer.texts import INTERRUPTED_TOOL_RESULT  # the executor is on: I-2
 from reducer.transitions import (
     BlockingLimit,
     CollapseDrainRetry,
@@ -452,9 +453,9 @@ def test_an_interrupt_cancels_only_calls_that_started(ended: bool) -> None:
         CancelTools(generation=d.generation, tool_use_ids=("t1",), reason="user_interrupted")
     ]
     assert results_in(emitted(fx)) == [
-        ("t1", "Interrupted by user"),
-        ("u1", "Interrupted by user"),
-        ("u2", "Interrupted by user"),
+        ("t1", INTERRUPTED_TOOL_RESULT),
+        ("u1", INTERRUPTED_TOOL_RESULT),
+        ("u2", INTERRUPTED_TOOL_RESULT),
     ]
 
 
@@ -472,7 +473,7 @@ def test_a_submit_interrupt_emits_synthetic_results_before_the_drain(ended: bool
         d.end("tool_use")
     fx = d.feed(Interrupted(kind="submit"))
     assert d.phase == "draining"
-    assert results_in(emitted(fx)) == [("t1", "Interrupted by user")]
+    assert results_in(emitted(fx)) == [("t1", INTERRUPTED_TOOL_RESULT)]
     fx = d.finish_tool("t2", "fetched")
     assert results_in(emitted(fx)) == [("t2", "fetched")]
 
