@@ -13,8 +13,8 @@ A round runs the reference order [R-ORDER-1]:
     tool-result budget  (applied when a result is written, so it is frozen per tool_use_id)
     snip -> microcompact -> context collapse -> auto-compact -> blocking limit -> CallModel
     stream: blocks arrive; safe tools start mid-stream; non-safe ones after the end
-    no tool use:  PTL ladder -> media ladder -> MOT ladder -> API-error exit -> stop hooks
-                  -> token budget -> completed
+    no tool use:  PTL ladder -> media ladder -> MOT ladder -> API-error exit (a refusal is
+                  one) -> pause_turn resume -> stop hooks -> token budget -> completed
     tool use:     (interrupts abort) -> hook_stopped -> max_turns -> next_turn
 
 The machine waits for the world in *phases*. ``TABLE`` below maps (phase, event type) to the
