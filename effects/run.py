@@ -53,6 +53,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from effects.boundary import (
     clean,
     clean_block,
+    clean_event,
     clean_text,
     compaction_result,
     model_problem,
@@ -623,7 +624,7 @@ class Run:
                     if block is not event.block:
                         event = attrs.evolve(event, block=block)
                 else:
-                    event = clean(event)
+                    event = clean_event(event)
                 self._feed(_stamped(event, self._now()))  # one clock for every event
                 if not isinstance(event, ModelBlockReceived):  # the response's last event
                     ended = True

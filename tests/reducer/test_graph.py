@@ -128,18 +128,20 @@ def _spec_ids() -> set[str]:
 
 @pytest.mark.spec("R-ORDER-1")
 def test_the_round_end_ladder_is_the_reference_order() -> None:
-    """PTL -> media -> MOT -> API-error exit -> stop hooks -> token budget -> completed, each
-    rung naming a rule of specs/; the tool-use path: hook_stopped -> max_turns -> next_turn."""
+    """PTL -> media -> MOT -> API-error exit -> pause_turn resume -> stop hooks -> token budget
+    -> completed, each rung naming a rule of specs/; the tool-use path: hook_stopped ->
+    max_turns -> next_turn."""
     assert [r.name for r in ROUND_END] == [
         "prompt-too-long ladder",
         "media ladder",
         "max-output-tokens ladder",
         "API-error exit",
+        "pause_turn resume",
         "stop hooks",
         "token budget",
         "completed",
     ]
-    assert [r.waits for r in ROUND_END].count(True) == 1 and ROUND_END[4].waits
+    assert [r.waits for r in ROUND_END].count(True) == 1 and ROUND_END[5].waits
     deciding = [r.name for r in TOOL_ROUND_END if r.exits]
     assert deciding == ["hook_stopped", "max_turns", "next_turn"]
     ids = _spec_ids()
