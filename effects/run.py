@@ -883,7 +883,8 @@ def run(
         stop_hooks: runs stop hooks when the model finishes without tool use.
         session: the previous turn's ``result.state.session()`` for multi-turn use.
         transcript_path: where to keep a Claude Code JSONL transcript (stop hooks read it).
-        observer: called with (event, state, effects) after every step (trace recording).
+        observer: called with (event, state, effects) after every step (trace recording);
+            one with an ``observe`` method gets the step's transitions too (StepObserver).
         resume: instead of ``start()``, continue from this state by executing these effects
             (the outstanding effects of a recorded run; see effects/trace/resume.py).
         text_deltas: also yield :class:`TextDelta` items as text streams in (the model client
