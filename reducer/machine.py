@@ -1302,9 +1302,12 @@ refusal is one) -> pause_turn resume -> stop hooks -> token budget -> completed.
 _AFTER_HOOKS: Final = next(i for i, r in enumerate(ROUND_END) if r.waits) + 1
 
 
+_ROUND_END_RUNS: Final = tuple(r.run for r in ROUND_END)
+
+
 def _round_end(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
-    for rung in ROUND_END[start:]:
-        s, ended = rung.run(s, cfg, fx, now)
+    for run in _ROUND_END_RUNS[start:] if start else _ROUND_END_RUNS:
+        s, ended = run(s, cfg, fx, now)
         if ended:
             return s
     raise AssertionError("the last rung always ends the round")  # pragma: no cover
@@ -1435,9 +1438,12 @@ TOOL_ROUND_END: Final[tuple[Rung, ...]] = (
 hook_stopped -> max_turns -> next_turn."""
 
 
+_TOOL_ROUND_END_RUNS: Final = tuple(r.run for r in TOOL_ROUND_END)
+
+
 def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    for rung in TOOL_ROUND_END:
-        s, ended = rung.run(s, cfg, fx, now)
+    for run in _TOOL_ROUND_END_RUNS:
+        s, ended = run(s, cfg, fx, now)
         if ended:
             return s
     raise AssertionError("the last rung always ends the round")  # pragma: no cover
@@ -1584,31 +1590,40 @@ RESETS: Final[tuple[Reset, ...]] = (
 )
 
 
-def _written(how: Write, field: str) -> Callable[[LoopState, LoopConfig, Any], Any]:
+def _written(how: Write, field: str) -> str:
+    """The expression a computed write stands for (of ``s``, ``cfg`` and the transition ``t``)."""
     if how is PLUS_ONE:
-        return lambda s, cfg, t: getattr(s, field) + 1
+        return f"s.{field} + 1"
     if how is ATTEMPT:
-        return lambda s, cfg, t: t.attempt
+        return "t.attempt"
     if how is ESCALATED:
-        return lambda s, cfg, t: cfg.escalated_max_output_tokens
+        return "cfg.escalated_max_output_tokens"
     if how is RESET:
-        return lambda s, cfg, t: AutoCompactTracking()
+        return "AutoCompactTracking()"
     if how is KEPT_OR_CLEARED:  # [Q-11]
-        return lambda s, cfg, t: (
-            False if cfg.compat.stop_hook_active_cleared_by_recovery else getattr(s, field)
-        )
+        return f"False if cfg.compat.stop_hook_active_cleared_by_recovery else s.{field}"
     raise AssertionError(f"no write {how!r}")  # pragma: no cover
 
 
-# each row compiled once: its constants, and a function per computed write
-_RESET_WRITES: Final[
-    dict[type, tuple[dict[str, Any], tuple[tuple[str, Callable[..., Any]], ...]]]
-] = {
-    row.transition: (
-        {f: v for f, v in row.writes if not isinstance(v, Write)},
-        tuple((f, _written(v, f)) for f, v in row.writes if isinstance(v, Write)),
-    )
-    for row in RESETS
+def _compile_reset(row: Reset) -> Callable[[LoopState, LoopConfig, Any], LoopState]:
+    """One row as a function, compiled once: ``evolve(s, transition=t, <the row's writes>)``,
+    what a hand-written branch per Continue would be (step() runs it every round)."""
+    ns: dict[str, Any] = {"evolve": evolve, "AutoCompactTracking": AutoCompactTracking}
+    args = []
+    for n, (name, value) in enumerate(row.writes):
+        if isinstance(value, Write):
+            args.append(f"{name}=({_written(value, name)})")
+        else:
+            ns[f"C{n}"] = value
+            args.append(f"{name}=C{n}")
+    src = f"def apply(s, cfg, t):\n    return evolve(s, transition=t, {', '.join(args)})\n"
+    exec(compile(src, f"<reset {row.transition.__name__}>", "exec"), ns)
+    apply: Callable[[LoopState, LoopConfig, Any], LoopState] = ns["apply"]
+    return apply
+
+
+_RESET_APPLY: Final[dict[type, Callable[[LoopState, LoopConfig, Any], LoopState]]] = {
+    row.transition: _compile_reset(row) for row in RESETS
 }
 
 
@@ -1619,8 +1634,7 @@ def _continue(
     [C-RESET-1] and start the next round. ``s.conversation`` already holds the messages the next round
     starts from."""
     t = kind(**payload)
-    constants, computed = _RESET_WRITES[kind]
-    s = evolve(s, transition=t, **constants, **{f: fn(s, cfg, t) for f, fn in computed})
+    s = _RESET_APPLY[kind](s, cfg, t)
     fx.passed += (t,)
     return _begin_round(s, cfg, fx, now)
 
