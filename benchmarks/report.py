@@ -225,6 +225,27 @@ def _explorer(item: dict[str, Any]) -> list[str]:
     return out
 
 
+def _import(item: dict[str, Any]) -> list[str]:
+    out = ["## 7. Importing Claude Code transcripts", ""]
+    out += [
+        f"`{item['source']}` copied k times into one session (a manual compaction between"
+        " copies), imported in a fresh interpreter; the traces of k = 1 replayed exactly.",
+        "",
+        "| copies | records | MB | records/s | turns reproduced | peak RSS MB (baseline)"
+        " | trace records/s (replay) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in item["runs"]:
+        out.append(
+            f"| {r['copies']} | {r['records']:,} | {r['bytes'] / 1e6:.1f}"
+            f" | {_num(r['records_per_s'])} | {r['reproduced']}/{r['turns']}"
+            f" | {r['peak_rss_mb']} ({r['baseline_rss_mb']})"
+            f" | {_num(r['trace_records_per_s']) if 'trace_records_per_s' in r else '—'} |"
+        )
+    out.append("")
+    return out
+
+
 def _profile(title: str, prof: dict[str, Any], limit: int = 12) -> list[str]:
     out = [
         f"### Profile: {title}",
@@ -296,6 +317,8 @@ def markdown(report: dict[str, Any]) -> str:
                 profiles += _profile("item 5, one steploop run against the server", item["profile"])
         elif key.startswith("6"):
             lines += _explorer(item)
+        elif key.startswith("7"):
+            lines += _import(item)
     if profiles:
         lines += ["## Where the time goes (missed goals)", "", *profiles]
     return "\n".join(lines).rstrip() + "\n"

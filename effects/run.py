@@ -647,7 +647,11 @@ class Run:
 
         The call's first step runs at once; only a call that then waits gets the deadline (a
         timer), so a call that finishes without waiting costs no timer."""
-        ctx = ToolContext(workspace=self._workspace, tool_use_id=effect.tool_use_id)
+        ctx = ToolContext(
+            workspace=self._workspace,
+            tool_use_id=effect.tool_use_id,
+            timeout_s=self._tool_timeout_s,  # lets the registry end a step that holds the loop
+        )
         out: ToolOutput | None = None
         try:
             call = self._tools.call(effect.name, effect.input, ctx)

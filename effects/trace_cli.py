@@ -49,10 +49,11 @@ from effects.trace import (
     replay_exact,
     resume_trace,
 )
-from reducer import LoopConfig, SteploopError, profile
+from reducer import LoopConfig, SteploopError
 from reducer.canonical import to_data
+from reducer.config import profile_for
 from reducer.effects import CallModel, Compact, Effect, StartTool
-from reducer.events import ModelResponseEnded
+from reducer.events import CompactionFinished, ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
 
 __all__ = ["TRACE_COMMANDS", "main", "register"]
@@ -114,6 +115,14 @@ def _steps(reader: TraceReader) -> Iterator[StepRecord]:
 # replay
 
 
+def _recorded_config(path: str) -> LoopConfig:
+    reader = TraceReader(path)
+    for _rec in reader:
+        break
+    assert reader.header is not None
+    return reader.header.config
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
     err = sys.stderr
@@ -138,7 +147,9 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError("--script goes with --on-divergence scripted")
     if policy == "scripted" and not args.script:
         raise CliError("--on-divergence scripted needs --script FILE (a JSON list of responses)")
-    base: LoopConfig | None = profile(args.profile) if args.profile else None
+    base: LoopConfig | None = None
+    if args.profile:  # [P-RUN-1] the profile's machine, the recorded run's model and window
+        base = profile_for(args.profile, _recorded_config(args.trace))
     overrides = _overrides(args.set)
     script = _load_json(args.script) if args.script else None
     client: Any = None
@@ -514,13 +525,27 @@ def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
 # stats
 
 
-def _file_counts(path: Path) -> tuple[Counter[str], str]:
+def _file_counts(path: Path, totals: Counter[str] | None = None) -> tuple[Counter[str], str]:
+    """Transitions and the terminal of one trace; ``totals`` gathers compactions and tokens."""
     transitions: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
     reader = TraceReader(path)
     for rec in reader:
-        if isinstance(rec, StepRecord) and rec.transition is not None:
-            transitions[rec.transition.TAG] += 1
+        if isinstance(rec, StepRecord):
+            if rec.transition is not None:
+                transitions[rec.transition.TAG] += 1
+            ev = rec.event
+            if isinstance(ev, CompactionFinished):
+                counts["compactions"] += 1
+            elif isinstance(ev, ModelResponseEnded):
+                u = ev.usage
+                counts["input tokens"] += (
+                    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+                )
+                counts["output tokens"] += u.output_tokens
     terminal = reader.end.terminal.TAG if reader.end is not None else "(unfinished)"
+    if totals is not None:
+        totals.update(counts)
     return transitions, terminal
 
 
@@ -536,11 +561,12 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     err = sys.stderr
     transitions: Counter[str] = Counter()
     terminals: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
     warnings: list[str] = []
     with ProgressBar(len(files), "reading", "files", err, bool(args.progress) or err.isatty()) as bar:
         for path in files:
             try:
-                t, end = _file_counts(path)
+                t, end = _file_counts(path, totals)
             except TraceError as e:
                 warnings.append(f"steploop: warning: {e} (skipped)")
             else:
@@ -551,6 +577,11 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         print(w, file=err)
     read = len(files) - len(warnings)
     print(f"{read} trace(s) read, {len(warnings)} skipped, in {root}", file=out)
+    print(
+        f"compactions {totals['compactions']:,}; tokens: {totals['input tokens']:,} in "
+        f"(cache included), {totals['output tokens']:,} out",
+        file=out,
+    )
     width = max((len(k) for k in [*transitions, *terminals]), default=10)
     print("transitions:", file=out)
     for tag, n in sorted(transitions.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -742,7 +773,9 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    out = out or sys.stdout
+    from effects.cli import printable
+
+    out = printable(out or sys.stdout)
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -1,16 +1,18 @@
 """Built-in tools, each confined to one workspace directory.
 
-Every path a tool is given may be relative (to the workspace) or absolute; it is resolved,
-symlinks included, and refused unless the result lies inside the workspace. A path to a file
-that does not exist yet (Write) is judged by its real parent directory. A tool is bound to its
-workspace when it is built; ``ToolContext.workspace`` is not consulted, so a context can never
-widen what a tool may touch.
+Every path a tool is given may be relative (to the workspace) or absolute. It is walked from a
+descriptor of the workspace by :mod:`effects.tools.confine`, without the kernel ever following
+a link, and refused if it leads outside; what the walk checked (a descriptor) is what the tool
+then reads, writes or lists. A tool is bound to its workspace when it is built;
+``ToolContext.workspace`` is not consulted, so a context can never widen what a tool may touch.
 
 Problems the model can fix (a missing file, an ambiguous edit, a path outside the workspace)
-come back from ``call`` as ``<tool_use_error>`` outputs, never as exceptions.
+come back from ``call`` as ``<tool_use_error>`` outputs, never as exceptions. The file tools
+work in worker threads that a cancellation always gives up at once (see :func:`_guarded`).
 
 ``Bash`` is not confined: it runs in the workspace as its working directory, nothing more, and
-is therefore left out of :func:`builtin_tools` unless asked for.
+is therefore left out of :func:`builtin_tools` unless asked for. Its command and everything the
+command starts are killed when the call ends (:mod:`effects.procs`).
 """
 
 from __future__ import annotations

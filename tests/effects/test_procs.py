@@ -16,7 +16,7 @@ import pytest
 
 from effects.hooks import PASS, CommandStopHook, StopHookInput
 from effects.procs import MECHANISM, open_process_tree
-from effects.tools import Bash, ToolContext
+from effects.tools import Bash, ToolContext, ToolOutput
 
 pytestmark = pytest.mark.skipif(
     MECHANISM != "subreaper", reason="needs Linux (/proc, prctl, pidfd) for the subreaper"
@@ -245,4 +245,23 @@ def test_kill_9_of_steploop_kills_bash_children(tmp_path: Path, reap_survivors: 
         if host.poll() is None:
             host.kill()
             host.wait()
+    assert wait_gone(pids) == []
+
+
+@pytest.mark.anyio
+async def test_process_group_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reap_survivors: list[int]
+) -> None:
+    """Where the supervisor cannot run, the command runs in a new session and its process
+    group is killed at the end: a plain background child dies (a setsid one would not)."""
+    import effects.procs
+
+    monkeypatch.setattr(effects.procs, "MECHANISM", "process-group")
+    bash = Bash(workspace=tmp_path)
+    out = await bash.call(
+        {"command": "sleep 60 >/dev/null 2>&1 & echo $! > a.pid; exit 4"}, ctx(tmp_path)
+    )
+    assert out == ToolOutput(content="(exit code 4)", is_error=True)
+    pids = read_pids(tmp_path, ["a.pid"])
+    reap_survivors.extend(pids)
     assert wait_gone(pids) == []
