@@ -714,3 +714,26 @@ def test_a_response_ended_without_a_model_name_keeps_the_calls_model() -> None:
     d.hooks_pass()
     models = [m.model for m in d.state.conversation.messages() if isinstance(m, AssistantMessage)]
     assert models == ["claude-sonnet-4-5"]
+
+
+@pytest.mark.spec("R-RETRY-4")
+def test_giving_up_leaves_the_attempt_ended() -> None:
+    """Retries exhausted: the final state's round is ended, its error message stored (R-RETRY-4)."""
+    # kills: `ended=True` dropped from the give-up's round update
+    d = Driver(default(retry=RetryPolicy(max_retries=0)))
+    fail(d, "rate_limited", status=429)
+    assert d.phase == "done" and d.state.round.ended
+    assert d.state.round.error_message is not None
+
+
+@pytest.mark.spec("M-2", "M-5")
+def test_an_event_of_the_current_call_after_its_stream_is_a_driver_error() -> None:
+    """Once the response ended, another event of the same call raises IllegalEvent (M-2)."""
+    # kills: `e.call_id < s.round.call_id` turned into `<=` for model events outside streaming
+    d = Driver(default())
+    d.tool_use("u1", "Edit", UNSAFE, file_path="a")
+    d.end("tool_use")
+    assert d.phase == "running_tools"
+    late = ModelResponseEnded(call_id=d.call_id, model="m", stop_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))
+    with pytest.raises(IllegalEvent, match="is not streaming"):
+        d.feed(late)
