@@ -240,9 +240,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_graph(args: argparse.Namespace, out: TextIO) -> int:
-    from reducer.graph import mermaid, phase_edges
+    from reducer.graph import mermaid, phase_edges, static_edges
 
-    text = mermaid(phase_edges())
+    text = mermaid(static_edges() if args.static else phase_edges())
     if args.fenced:
         text = "```mermaid\n" + text + "```\n"
     out.write(text)
@@ -286,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(r)
     g = sub.add_parser("graph", help="print the machine as a Mermaid state diagram (from the explorer)")
     g.add_argument("--fenced", action="store_true", help="wrap it in a ```mermaid fence for Markdown")
+    g.add_argument(
+        "--static", action="store_true", help="draw what the machine's tables allow (no exploration)"
+    )
     from effects import check_cli
 
     check_cli.register(sub)

@@ -42,4 +42,7 @@ class StopHookRunner(Protocol):
 StepObserver = Callable[[Event | None, LoopState, tuple[Effect, ...]], None]
 """Called after start() (event None) and after every step(); the trace recorder is one. It
 runs in the task that stepped the event (a runner, the consumer, the driver), never two at
-once, before any of the step's effects is executed; if it raises, the run fails with that."""
+once, before any of the step's effects is executed; if it raises, the run fails with that.
+An observer that also has a method ``observe(event, state, effects, transitions)`` (the
+recorder does) is called through it instead, with every transition the step passed through
+(``reducer.drive.Observer``)."""

@@ -38,7 +38,7 @@ InterruptBehavior: TypeAlias = Literal["cancel", "block"]
 
 @attrs.frozen(kw_only=True)
 class ToolTraits:
-    """What the shell knows of a tool call *for this input* (DESIGN section 5, Tools).
+    """What the shell knows of a tool call *for this input* (the tool registry, effects/tools/).
 
     ``max_result_chars`` of None means the tool's results are never budgeted (like Read).
     """

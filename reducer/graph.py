@@ -1,10 +1,14 @@
 """The machine as a picture: a Mermaid state diagram of phases and the 17 transitions.
 
-The edges are not drawn by hand: they are every (phase, event type) → (phase, transition) that
-the explorer (reducer/explore/) observes from the start of a user turn under a fixed set of
-configs, so the diagram shows what the transition table really does. ``steploop graph`` prints
-it; tests/reducer/test_graph.py snapshot-tests it against specs/machine.mmd, so a diagram that
-drifts from the code fails CI.
+Two drawings, never by hand:
+
+- observed (:func:`phase_edges`): every (phase, event type) → (phase, transition) the explorer
+  (reducer/explore/) sees from the start of a user turn under a fixed set of configs, so the
+  diagram shows what the machine really does. ``steploop graph`` prints it;
+  tests/reducer/test_graph.py snapshot-tests it against specs/machine.mmd;
+- static (:func:`static_edges`): what the machine's tables allow, read off ``TABLE``,
+  ``OUTCOMES`` and the round-end ladders of reducer/machine.py, without running anything.
+  ``steploop graph --static`` prints it; the tests hold every observed edge to be one of its.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from reducer.config import LoopConfig, claude_code_2_1_88, default, full
 from reducer.conversation import Conversation
 from reducer.explore import Invariant, Observation, Verdict, World, explore
+from reducer.machine import OUTCOMES, START, TABLE
 from reducer.messages import (
     AssistantMessage,
     Message,
@@ -24,9 +29,9 @@ from reducer.messages import (
     UserMessage,
 )
 from reducer.state import Ids, Request, Session
-from reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES
+from reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES, BlockingLimit
 
-__all__ = ["GRAPH_CONFIGS", "Edge", "mermaid", "phase_edges"]
+__all__ = ["GRAPH_CONFIGS", "Edge", "mermaid", "phase_edges", "static_edges"]
 
 Edge = tuple[str, str, str, str]  # (from phase, event type, to phase, transition tag or "")
 
@@ -47,8 +52,9 @@ class _Recorder(Invariant):
     def check(self, mon: Any, o: Observation) -> Verdict:
         before = o.state.phase if o.state is not None else "[*]"
         event = type(o.event).__name__ if o.event is not None else "start()"
-        changed = o.state is None or o.next.transition is not o.state.transition
-        self.edges.add((before, event, o.next.phase, _tag(o.next.transition) if changed else ""))
+        # the step's last transition (a Continue followed by blocking_limit is drawn as that)
+        last = o.transitions[-1] if o.transitions else None
+        self.edges.add((before, event, o.next.phase, _tag(last)))
         return mon, True, None
 
 
@@ -93,6 +99,39 @@ def phase_edges(configs: Iterable[GraphConfig] | None = None, rounds: int = 2) -
             session=session,
             invariants=(_Recorder(edges),),
         )
+    return edges
+
+
+def _exits(x: object) -> set[tuple[str, str]]:
+    """(phase, transition tag or "") for one entry of OUTCOMES or of a rung's exits."""
+    if isinstance(x, str):
+        return {(x, "")}
+    if isinstance(x, tuple):  # a ladder: every exit of its rungs, up to one that waits
+        out: set[tuple[str, str]] = set()
+        for rung in x:
+            for exit_ in rung.exits:
+                out |= _exits(exit_)
+            if rung.waits:
+                break
+        return out
+    if x in CONTINUE_TYPES:  # the next round waits for compaction or the model, or blocks
+        tag = _tag(x)
+        return {("compacting", tag), ("streaming", tag), ("done", BlockingLimit.TAG)}
+    if x in TERMINAL_TYPES:
+        return {("done", _tag(x))}
+    raise TypeError(f"not an outcome: {x!r}")
+
+
+def static_edges() -> set[Edge]:
+    """Every edge the machine's tables allow: start(), then each (phase, event type) of
+    ``TABLE`` to the outcomes ``OUTCOMES`` lists for it (staying in the phase when it lists
+    none)."""
+    edges: set[Edge] = {("[*]", "start()", b, t) for x in START for b, t in _exits(x)}
+    for phase, row in TABLE.items():
+        outcomes = OUTCOMES.get(phase, {})
+        for event in row:
+            for x in outcomes.get(event, (phase,)):
+                edges.update((phase, event.__name__, b, t) for b, t in _exits(x))
     return edges
 
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias, assert_never
 
+import attrs
+
 from reducer._replace import evolve as _fast_evolve
 from reducer.config import QUERY_SOURCES_NO_BLOCKING, LoopConfig
 from reducer.context import collapse, microcompact, persisted_preview, snip
@@ -123,7 +125,24 @@ from reducer.transitions import (
     Transition,
 )
 
-__all__ = ["TABLE", "Stepped", "advance", "allowed_events", "begin", "start", "step"]
+__all__ = [
+    "AFTER_HOOKS",
+    "OUTCOMES",
+    "RESETS",
+    "ROUND_END",
+    "START",
+    "TABLE",
+    "TOOL_ROUND_END",
+    "Reset",
+    "Rung",
+    "Stepped",
+    "Write",
+    "advance",
+    "allowed_events",
+    "begin",
+    "start",
+    "step",
+]
 
 
 class FX(list[Effect]):
@@ -389,7 +408,7 @@ def _blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
         fx.append(Emit(item=err))
         fresh = Round(call_id=s.ids.call, generation=s.ids.generation + 1)  # no call was made
         s = evolve(s, conversation=s.conversation.append(err), round=fresh)
-        return _finish(s, cfg, fx, BlockingLimit())
+        return _finish(s, cfg, fx, BlockingLimit)
     return _call_model(s, cfg, fx, fresh=True)
 
 
@@ -721,7 +740,7 @@ def _after_slot_change(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopS
         return _after_tools(s, cfg, fx, now)
     if s.phase == "draining":
         assert r.pending_terminal is not None
-        return _finish_aborted(s, cfg, fx, r.pending_terminal)
+        return _finish_aborted(s, cfg, fx, type(r.pending_terminal))
     return s
 
 
@@ -858,7 +877,7 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         )
         fx.append(Emit(item=err))
         s = _commit(s, [err])
-        return _finish(s, cfg, fx, ImageError())
+        return _finish(s, cfg, fx, ImageError)
     # prompt too long, media, auth, invalid request: the attempt produced no usable output
     s = _discard_attempt(s, fx, tombstone=True)
     if kind == "prompt_too_long":  # [R-PTL-1]
@@ -936,7 +955,7 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
     fx.append(Emit(item=err))
     s = _commit(s, [err])
     return _finish(
-        s, cfg, fx, ModelError(error=ErrorInfo(kind=e.kind, message=text, status=e.status))
+        s, cfg, fx, ModelError, error=ErrorInfo(kind=e.kind, message=text, status=e.status)
     )
 
 
@@ -1049,40 +1068,81 @@ def on_wait_elapsed(s: LoopState, e: WaitElapsed, cfg: LoopConfig, fx: FX) -> Lo
 # =============================================================================================
 
 
-def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    r = s.round
-    w = r.withheld
-    kind = w.api_error.kind if w is not None and w.api_error is not None else None
-    if kind == "prompt_too_long":
-        # [C-COLLAPSE-1] drain staged collapses once [G4]
-        if cfg.gates.context_collapse and not isinstance(s.transition, CollapseDrainRetry):
-            conv, freed, committed = collapse(
-                s.conversation, _count(s), None, 1, f"m{s.ids.msg + 1}"
+# The round-end ladder [R-ORDER-1], as ordered data: the no-tool-use path tries each rung in
+# turn until one ends the round. A rung is a function (state, config, effects, now) -> (state,
+# ended): ``ended`` False passes the state on to the next rung. Each names its rule and what it
+# may lead to (a transition, or a phase it waits in), which ``steploop graph --static`` draws.
+# The stop-hooks rung waits for the hooks; their answer (on_stop_hooks) goes on from the rung
+# after it. The tool-use path has a ladder of its own (TOOL_ROUND_END).
+
+Rungs = tuple[LoopState, bool]
+
+
+@attrs.frozen
+class Rung:
+    rule: str
+    name: str
+    run: Callable[[LoopState, LoopConfig, FX, int], Rungs]
+    exits: tuple[object, ...]  # transition classes, and phases it leaves the machine in
+    waits: bool = False  # it waits for the world; the rungs after it run on the answer
+
+
+def _withheld_kind(s: LoopState) -> str | None:
+    w = s.round.withheld
+    return w.api_error.kind if w is not None and w.api_error is not None else None
+
+
+def _prompt_too_long(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-PTL-1] a withheld prompt-too-long error: drain the staged collapses once
+    [C-COLLAPSE-1] [G4], else one reactive compaction [C-REACTIVE-1], else surface it
+    [T-PTL-1] (no stop hooks, [G2])."""
+    if _withheld_kind(s) != "prompt_too_long":
+        return s, False
+    if cfg.gates.context_collapse and not isinstance(s.transition, CollapseDrainRetry):
+        conv, freed, committed = collapse(s.conversation, _count(s), None, 1, f"m{s.ids.msg + 1}")
+        if committed > 0:
+            s = evolve(
+                s,
+                conversation=conv,
+                tokens_freed=s.tokens_freed + freed,
+                ids=evolve(s.ids, msg=s.ids.msg + 1),
             )
-            if committed > 0:
-                s = evolve(
-                    s,
-                    conversation=conv,
-                    tokens_freed=s.tokens_freed + freed,
-                    ids=evolve(s.ids, msg=s.ids.msg + 1),
-                )
-                return _continue(s, cfg, fx, CollapseDrainRetry(committed=committed), now)
-        if cfg.gates.reactive_compact and not s.has_attempted_reactive_compact:
-            return _reactive_compact(s, cfg, fx)  # [C-REACTIVE-1]
-        return _surface(s, cfg, fx, PromptTooLong())  # [T-PTL-1] no stop hooks [G2]
-    if kind == "media":
-        if cfg.media_recovery_enabled and not s.has_attempted_reactive_compact:
-            return _reactive_compact(s, cfg, fx)  # [G5]
-        return _surface(s, cfg, fx, ImageError())
-    if kind == "max_output_tokens":
-        return _mot_ladder(s, cfg, fx, now)
-    if r.error_message is not None:  # [G1] an API error ends the turn without stop hooks
-        s = _commit(s, [r.error_message])
-        return _finish(s, cfg, fx, Completed())
-    if r.stop_reason == "pause_turn" and cfg.pause_turn_resumes:  # [S-PAUSE-1]
-        if s.pause_resumes < cfg.pause_turn_resumes:
-            return _resume_paused(s, cfg, fx, now)
-        s = _pause_cap_reached(s, cfg, fx)  # then the pause ends the turn as end_turn does
+            return _continue(s, cfg, fx, CollapseDrainRetry, now, committed=committed), True
+    if cfg.gates.reactive_compact and not s.has_attempted_reactive_compact:
+        return _reactive_compact(s, cfg, fx), True
+    return _surface(s, cfg, fx, PromptTooLong), True
+
+
+def _media(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-MEDIA-1] a withheld media error: one reactive compaction [G5], else surface it."""
+    if _withheld_kind(s) != "media":
+        return s, False
+    if cfg.media_recovery_enabled and not s.has_attempted_reactive_compact:
+        return _reactive_compact(s, cfg, fx), True
+    return _surface(s, cfg, fx, ImageError), True
+
+
+def _api_error_exit(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[G1] an API error ends the turn without stop hooks."""
+    err = s.round.error_message
+    if err is None:
+        return s, False
+    s = _commit(s, [err])
+    return _finish(s, cfg, fx, Completed), True
+
+
+def _pause_turn(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[S-PAUSE-1] a paused server-tool loop is resumed (no transition), up to the cap of
+    resumes in a row; past it a warning, and the pause ends the turn as end_turn does."""
+    if s.round.stop_reason != "pause_turn" or not cfg.pause_turn_resumes:
+        return s, False
+    if s.pause_resumes < cfg.pause_turn_resumes:
+        return _resume_paused(s, cfg, fx, now), True
+    return _pause_cap_reached(s, cfg, fx), False
+
+
+def _stop_hooks(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-HOOK-1] run the stop hooks on the conversation with the response; wait for them."""
     hid = s.ids.hooks + 1
     s = evolve(
         s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid)
@@ -1094,7 +1154,13 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             stop_hook_active=s.stop_hook_active,
         )
     )
-    return s
+    return s, True
+
+
+def _completed(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[T-COMPLETED-1] the response is committed and the turn ends."""
+    s = _commit(s)
+    return _finish(s, cfg, fx, Completed), True
 
 
 def _resume_paused(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
@@ -1119,102 +1185,7 @@ def _pause_cap_reached(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     return s
 
 
-def _surface(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
-    """Recovery failed: the withheld error is finally emitted and ends the turn."""
-    w = s.round.withheld
-    assert w is not None
-    fx.append(Emit(item=w))
-    s = _commit(s, [w])
-    return _finish(s, cfg, fx, terminal)
-
-
-def _reactive_compact(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
-    cid = s.ids.compact + 1
-    fx.append(
-        Compact(
-            compact_id=cid, conversation=s.conversation, trigger="reactive", pre_tokens=_count(s)
-        )
-    )
-    return evolve(
-        s,
-        phase="reactive_compacting",
-        ids=evolve(s.ids, compact=cid),
-        round=evolve(s.round, pending_id=cid),
-    )
-
-
-def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    """[C-ESCALATE-1], [C-MOT-1], [G10]: escalate once, then up to 3 nudges, then surface."""
-    escalate = (
-        cfg.gates.max_tokens_escalation
-        and s.max_output_tokens_override is None
-        and cfg.max_output_tokens_env_override is None
-        and (cfg.compat.reescalate_after_recovery or not s.escalated)  # [Q-1]
-    )
-    if escalate:
-        # the truncated attempt is dropped; its emitted blocks are tombstoned unless [Q-7]
-        if not cfg.compat.no_tombstone_on_escalate:
-            fx.extend(Emit(item=Tombstone(message_id=b.id)) for b in s.round.blocks)
-        return _continue(s, cfg, fx, MaxOutputTokensEscalate(), now)
-    if s.mot_recovery_count < cfg.mot_recovery_limit:
-        attempt = s.mot_recovery_count + 1
-        s, nudge = _user(s, MOT_NUDGE, origin="nudge", meta=True)
-        extra: list[Message] = [nudge]
-        if cfg.compat.unyielded_nudges:  # [Q-6] nudge not emitted; the error stays in state
-            w = s.round.withheld
-            assert w is not None
-            extra = [w, nudge]
-        else:
-            fx.append(Emit(item=nudge))
-        s = _commit(s, extra)
-        return _continue(s, cfg, fx, MaxOutputTokensRecovery(attempt=attempt), now)
-    return _surface(s, cfg, fx, Completed())  # exhausted: API-error exit [G1]
-
-
-def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
-    if e.hooks_id != s.round.pending_id:
-        raise IllegalEvent(
-            s.phase, e, allowed_events(s.phase), f"stop hooks {e.hooks_id} are not running"
-        )
-    if e.error is not None:  # the hooks failed: warn and carry on as if they passed [R-HOOK-4]
-        s, warn = _system(s, "stop_hook_error", f"Stop hook failed: {e.error}", "warning")
-        fx.append(Emit(item=warn))
-    extra: list[Message] = []
-    if e.hook_count:
-        s, summary = _system(
-            s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion"
-        )
-        fx.append(Emit(item=summary))
-    if e.prevent:  # [T-PREVENT-1]
-        s, att = _attachment(
-            s, "hook_stopped_continuation", (("hookName", "Stop"), ("stopReason", e.stop_reason))
-        )
-        fx.append(Emit(item=att))
-        s = _commit(s, [*extra, att])
-        return _finish(s, cfg, fx, StopHookPrevented())
-    if e.blocking_errors:
-        cap = cfg.stop_hook_block_cap
-        if cap is not None and s.stop_hook_blocks >= cap:  # [G11] the cap
-            s, notice = _system(
-                s,
-                "stop_hook_cap",
-                f"Stop hooks blocked {s.stop_hook_blocks + 1} times in this turn; the cap of {cap} blocking retries is reached",
-                "warning",
-            )
-            fx.append(Emit(item=notice))
-            s = _commit(s)
-            return _finish(s, cfg, fx, StopHookPrevented())
-        for text in e.blocking_errors:  # [C-BLOCKING-1]
-            s, fb = _user(s, f"Stop hook feedback:\n{text}", origin="stop_hook_feedback", meta=True)
-            fx.append(Emit(item=fb))
-            extra.append(fb)
-        s = _commit(s, extra)
-        s = evolve(s, stop_hook_blocks=s.stop_hook_blocks + 1)
-        return _continue(s, cfg, fx, StopHookBlocking(), e.at_ms)
-    return _token_budget(s, cfg, fx, e.at_ms)
-
-
-def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
     """[C-BUDGET-1] continue below 90% of the budget unless returns diminish; sub-agents never."""
     budget = s.token_budget
     if cfg.gates.token_budget and budget is not None and budget > 0 and not cfg.is_subagent:
@@ -1245,9 +1216,148 @@ def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
                     last_global_turn_tokens=turn,
                 ),
             )
-            return _continue(s, cfg, fx, TokenBudgetContinuation(), now)
-    s = _commit(s)
-    return _finish(s, cfg, fx, Completed())
+            return _continue(s, cfg, fx, TokenBudgetContinuation, now), True
+    return s, False
+
+
+def _surface(s: LoopState, cfg: LoopConfig, fx: FX, terminal: type[Terminal]) -> LoopState:
+    """Recovery failed: the withheld error is finally emitted and ends the turn."""
+    w = s.round.withheld
+    assert w is not None
+    fx.append(Emit(item=w))
+    s = _commit(s, [w])
+    return _finish(s, cfg, fx, terminal)
+
+
+def _reactive_compact(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
+    cid = s.ids.compact + 1
+    fx.append(
+        Compact(
+            compact_id=cid, conversation=s.conversation, trigger="reactive", pre_tokens=_count(s)
+        )
+    )
+    return evolve(
+        s,
+        phase="reactive_compacting",
+        ids=evolve(s.ids, compact=cid),
+        round=evolve(s.round, pending_id=cid),
+    )
+
+
+def _mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-MOT-1] a withheld max-output-tokens error: [C-ESCALATE-1] escalate once, [C-MOT-1]
+    then up to 3 nudges [G10], then surface it (the API-error exit, [G1])."""
+    w = s.round.withheld
+    if w is None or w.api_error is None or w.api_error.kind != "max_output_tokens":
+        return s, False
+    escalate = (
+        cfg.gates.max_tokens_escalation
+        and s.max_output_tokens_override is None
+        and cfg.max_output_tokens_env_override is None
+        and (cfg.compat.reescalate_after_recovery or not s.escalated)  # [Q-1]
+    )
+    if escalate:
+        # the truncated attempt is dropped; its emitted blocks are tombstoned unless [Q-7]
+        if not cfg.compat.no_tombstone_on_escalate:
+            fx.extend(Emit(item=Tombstone(message_id=b.id)) for b in s.round.blocks)
+        return _continue(s, cfg, fx, MaxOutputTokensEscalate, now), True
+    if s.mot_recovery_count < cfg.mot_recovery_limit:
+        attempt = s.mot_recovery_count + 1
+        s, nudge = _user(s, MOT_NUDGE, origin="nudge", meta=True)
+        extra: list[Message] = [nudge]
+        if cfg.compat.unyielded_nudges:  # [Q-6] nudge not emitted; the error stays in state
+            w = s.round.withheld
+            assert w is not None
+            extra = [w, nudge]
+        else:
+            fx.append(Emit(item=nudge))
+        s = _commit(s, extra)
+        return _continue(s, cfg, fx, MaxOutputTokensRecovery, now, attempt=attempt), True
+    return _surface(s, cfg, fx, Completed), True  # exhausted: API-error exit [G1]
+
+
+ROUND_END: Final[tuple[Rung, ...]] = (
+    Rung(
+        "R-PTL-1",
+        "prompt-too-long ladder",
+        _prompt_too_long,
+        (CollapseDrainRetry, "reactive_compacting", PromptTooLong),
+    ),
+    Rung("R-MEDIA-1", "media ladder", _media, ("reactive_compacting", ImageError)),
+    Rung(
+        "R-MOT-1",
+        "max-output-tokens ladder",
+        _mot_ladder,
+        (MaxOutputTokensEscalate, MaxOutputTokensRecovery, Completed),
+    ),
+    Rung("G1", "API-error exit", _api_error_exit, (Completed,)),
+    Rung("S-PAUSE-1", "pause_turn resume", _pause_turn, ("compacting", "streaming", BlockingLimit)),
+    Rung("R-HOOK-1", "stop hooks", _stop_hooks, ("stop_hooks",), waits=True),
+    Rung("C-BUDGET-1", "token budget", _token_budget, (TokenBudgetContinuation,)),
+    Rung("T-COMPLETED-1", "completed", _completed, (Completed,)),
+)
+"""The no-tool-use path in the reference's order: PTL -> media -> MOT -> API-error exit (a
+refusal is one) -> pause_turn resume -> stop hooks -> token budget -> completed."""
+
+_AFTER_HOOKS: Final = next(i for i, r in enumerate(ROUND_END) if r.waits) + 1
+
+
+def _round_end(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
+    for rung in ROUND_END[start:]:
+        s, ended = rung.run(s, cfg, fx, now)
+        if ended:
+            return s
+    raise AssertionError("the last rung always ends the round")  # pragma: no cover
+
+
+def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    """The no-tool-use path [R-ORDER-1]: ROUND_END from its first rung (the recovery ladders,
+    the API-error exit [G1], the pause resume, stop hooks, the token budget [C-BUDGET-1],
+    completed [T-COMPLETED-1])."""
+    return _round_end(s, cfg, fx, now)
+
+
+def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
+    if e.hooks_id != s.round.pending_id:
+        raise IllegalEvent(
+            s.phase, e, allowed_events(s.phase), f"stop hooks {e.hooks_id} are not running"
+        )
+    if e.error is not None:  # the hooks failed: warn and carry on as if they passed [R-HOOK-4]
+        s, warn = _system(s, "stop_hook_error", f"Stop hook failed: {e.error}", "warning")
+        fx.append(Emit(item=warn))
+    extra: list[Message] = []
+    if e.hook_count:
+        s, summary = _system(
+            s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion"
+        )
+        fx.append(Emit(item=summary))
+    if e.prevent:  # [T-PREVENT-1]
+        s, att = _attachment(
+            s, "hook_stopped_continuation", (("hookName", "Stop"), ("stopReason", e.stop_reason))
+        )
+        fx.append(Emit(item=att))
+        s = _commit(s, [*extra, att])
+        return _finish(s, cfg, fx, StopHookPrevented)
+    if e.blocking_errors:
+        cap = cfg.stop_hook_block_cap
+        if cap is not None and s.stop_hook_blocks >= cap:  # [G11] the cap
+            s, notice = _system(
+                s,
+                "stop_hook_cap",
+                f"Stop hooks blocked {s.stop_hook_blocks + 1} times in this turn; the cap of {cap} blocking retries is reached",
+                "warning",
+            )
+            fx.append(Emit(item=notice))
+            s = _commit(s)
+            return _finish(s, cfg, fx, StopHookPrevented)
+        for text in e.blocking_errors:  # [C-BLOCKING-1]
+            s, fb = _user(s, f"Stop hook feedback:\n{text}", origin="stop_hook_feedback", meta=True)
+            fx.append(Emit(item=fb))
+            extra.append(fb)
+        s = _commit(s, extra)
+        s = evolve(s, stop_hook_blocks=s.stop_hook_blocks + 1)
+        return _continue(s, cfg, fx, StopHookBlocking, e.at_ms)
+    return _round_end(s, cfg, fx, e.at_ms, _AFTER_HOOKS)
 
 
 # =============================================================================================
@@ -1255,7 +1365,8 @@ def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 # =============================================================================================
 
 
-def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+def _tools_done(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-SUM-1] the round's results are committed and its summary requested."""
     r = s.round
     # a refusal that came with tool calls: its emitted error is stored too [R-REFUSAL-1]
     extra: list[Message] = [] if r.error_message is None else [r.error_message]
@@ -1273,12 +1384,22 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             summary_text=None,
             summary_tool_ids=ids,
         )
-    if r.hook_stop:  # [T-HOOK-1]
-        s = _hook_stop_attachments(s, fx)
-        return _finish(s, cfg, fx, HookStopped())
+    return s, False
+
+
+def _hook_stopped(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[T-HOOK-1] a tool's hook stopped the turn."""
+    if not s.round.hook_stop:
+        return s, False
+    s = _hook_stop_attachments(s, fx)
+    return _finish(s, cfg, fx, HookStopped), True
+
+
+def _queued_commands(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-CMD-1] queued commands ride along as attachments (and the breaker's turn count)."""
     if s.tracking.compacted:
         s = evolve(s, tracking=evolve(s.tracking, turn_counter=s.tracking.turn_counter + 1))
-    if s.queued_commands:  # [R-CMD-1] queued commands ride along as attachments
+    if s.queued_commands:
         consumed = list(s.consumed_commands)
         for cid, text in s.queued_commands:
             s, att = _attachment(s, "queued_command", (("commandId", cid), ("prompt", text)))
@@ -1286,11 +1407,40 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             s = evolve(s, conversation=s.conversation.append(att))
             consumed.append(cid)
         s = evolve(s, queued_commands=(), consumed_commands=tuple(consumed))
+    return s, False
+
+
+def _max_turns(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[T-MAXTURNS-1] the next round would pass max_turns."""
     next_count = s.turn_count + 1
-    if cfg.max_turns is not None and next_count > cfg.max_turns:  # [T-MAXTURNS-1]
-        s = _max_turns_attachment(s, cfg, fx, next_count)
-        return _finish(s, cfg, fx, MaxTurns(turn_count=next_count))
-    return _continue(s, cfg, fx, NextTurn(), now)
+    if cfg.max_turns is None or next_count <= cfg.max_turns:
+        return s, False
+    s = _max_turns_attachment(s, cfg, fx, next_count)
+    return _finish(s, cfg, fx, MaxTurns, turn_count=next_count), True
+
+
+def _next_turn(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[C-NEXT-1] the next round."""
+    return _continue(s, cfg, fx, NextTurn, now), True
+
+
+TOOL_ROUND_END: Final[tuple[Rung, ...]] = (
+    Rung("R-SUM-1", "results committed, summary requested", _tools_done, ()),
+    Rung("T-HOOK-1", "hook_stopped", _hook_stopped, (HookStopped,)),
+    Rung("R-CMD-1", "queued commands", _queued_commands, ()),
+    Rung("T-MAXTURNS-1", "max_turns", _max_turns, (MaxTurns,)),
+    Rung("C-NEXT-1", "next_turn", _next_turn, (NextTurn,)),
+)
+"""The tool-use path once every tool of the round is done (interrupts abort before it):
+hook_stopped -> max_turns -> next_turn."""
+
+
+def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    for rung in TOOL_ROUND_END:
+        s, ended = rung.run(s, cfg, fx, now)
+        if ended:
+            return s
+    raise AssertionError("the last rung always ends the round")  # pragma: no cover
 
 
 HOOK_STOP_DEFAULTS: Final = {
@@ -1336,80 +1486,152 @@ def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int
 # =============================================================================================
 
 
-def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> LoopState:
-    """Write the state fields each Continue changes (specs/ table C-RESET) and start the
-    next round. ``s.conversation`` already holds the messages the next round starts from."""
-    clear_sha = cfg.compat.stop_hook_active_cleared_by_recovery  # [Q-11]
-    sha = s.stop_hook_active
-    match t:
-        case NextTurn():
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=0,
-                has_attempted_reactive_compact=False,
-                max_output_tokens_override=None,
-                turn_count=s.turn_count + 1,
-            )
-        case ReactiveCompactRetry():
-            s = evolve(
-                s,
-                transition=t,
-                has_attempted_reactive_compact=True,
-                max_output_tokens_override=None,
-                tracking=AutoCompactTracking(),
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case MaxOutputTokensEscalate():
-            s = evolve(
-                s,
-                transition=t,
-                max_output_tokens_override=cfg.escalated_max_output_tokens,
-                escalated=True,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case MaxOutputTokensRecovery(attempt=attempt):
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=attempt,
-                max_output_tokens_override=None,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case CollapseDrainRetry():
-            s = evolve(
-                s,
-                transition=t,
-                max_output_tokens_override=None,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case StopHookBlocking():
+# [C-RESET-1] What each Continue writes besides ``transition``, as data: a field and its new
+# value, a constant or one of the writes below. A field not listed is kept. The rows are in
+# specs/rules.md's order; ``steploop graph --static`` and the tests read them.
+
+
+@attrs.frozen
+class Write:
+    """A written value that is not a constant: ``how`` names it (the table's wording)."""
+
+    how: str
+
+    def __repr__(self) -> str:
+        return self.how
+
+
+PLUS_ONE: Final = Write("+1")  # the field's value plus one
+ATTEMPT: Final = Write("attempt")  # the transition's attempt
+ESCALATED: Final = Write("escalated cap")  # cfg.escalated_max_output_tokens
+RESET: Final = Write("reset")  # a fresh AutoCompactTracking()
+KEPT_OR_CLEARED: Final = Write("kept*")  # kept; cleared under [Q-11]
+
+
+@attrs.frozen
+class Reset:
+    """One row of the reset table: the Continue, the rule that defines it, what it writes."""
+
+    transition: type[Continue]
+    rule: str
+    writes: tuple[tuple[str, object], ...]
+
+
+RESETS: Final[tuple[Reset, ...]] = (
+    Reset(
+        NextTurn,
+        "C-NEXT-1",
+        (
+            ("mot_recovery_count", 0),
+            ("has_attempted_reactive_compact", False),
+            ("max_output_tokens_override", None),
+            ("turn_count", PLUS_ONE),
+        ),
+    ),
+    Reset(
+        ReactiveCompactRetry,
+        "C-REACTIVE-1",
+        (
+            ("has_attempted_reactive_compact", True),
+            ("max_output_tokens_override", None),
+            ("tracking", RESET),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+    Reset(
+        MaxOutputTokensRecovery,
+        "C-MOT-1",
+        (
+            ("mot_recovery_count", ATTEMPT),
+            ("max_output_tokens_override", None),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+    Reset(
+        MaxOutputTokensEscalate,
+        "C-ESCALATE-1",
+        (
+            ("max_output_tokens_override", ESCALATED),
+            ("escalated", True),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+    Reset(
+        CollapseDrainRetry,
+        "C-COLLAPSE-1",
+        (("max_output_tokens_override", None), ("stop_hook_active", KEPT_OR_CLEARED)),
+    ),
+    Reset(
+        StopHookBlocking,
+        "C-BLOCKING-1",
+        (
+            ("mot_recovery_count", 0),
             # [G3] has_attempted_reactive_compact is kept across stop-hook retries
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=0,
-                max_output_tokens_override=None,
-                stop_hook_active=True,
-            )
-        case TokenBudgetContinuation():
-            s = evolve(
-                s,
-                transition=t,
-                mot_recovery_count=0,
-                has_attempted_reactive_compact=False,
-                max_output_tokens_override=None,
-                stop_hook_active=False if clear_sha else sha,
-            )
-        case _:
-            assert_never(t)
+            ("max_output_tokens_override", None),
+            ("stop_hook_active", True),
+        ),
+    ),
+    Reset(
+        TokenBudgetContinuation,
+        "C-BUDGET-1",
+        (
+            ("mot_recovery_count", 0),
+            ("has_attempted_reactive_compact", False),
+            ("max_output_tokens_override", None),
+            ("stop_hook_active", KEPT_OR_CLEARED),
+        ),
+    ),
+)
+
+
+def _written(how: Write, field: str) -> Callable[[LoopState, LoopConfig, Any], Any]:
+    if how is PLUS_ONE:
+        return lambda s, cfg, t: getattr(s, field) + 1
+    if how is ATTEMPT:
+        return lambda s, cfg, t: t.attempt
+    if how is ESCALATED:
+        return lambda s, cfg, t: cfg.escalated_max_output_tokens
+    if how is RESET:
+        return lambda s, cfg, t: AutoCompactTracking()
+    if how is KEPT_OR_CLEARED:  # [Q-11]
+        return lambda s, cfg, t: (
+            False if cfg.compat.stop_hook_active_cleared_by_recovery else getattr(s, field)
+        )
+    raise AssertionError(f"no write {how!r}")  # pragma: no cover
+
+
+# each row compiled once: its constants, and a function per computed write
+_RESET_WRITES: Final[
+    dict[type, tuple[dict[str, Any], tuple[tuple[str, Callable[..., Any]], ...]]]
+] = {
+    row.transition: (
+        {f: v for f, v in row.writes if not isinstance(v, Write)},
+        tuple((f, _written(v, f)) for f, v in row.writes if isinstance(v, Write)),
+    )
+    for row in RESETS
+}
+
+
+def _continue(
+    s: LoopState, cfg: LoopConfig, fx: FX, kind: type[Continue], now: int, **payload: int
+) -> LoopState:
+    """Take a Continue: the only place one is made. Write what the reset table says it writes
+    [C-RESET-1] and start the next round. ``s.conversation`` already holds the messages the next round
+    starts from."""
+    t = kind(**payload)
+    constants, computed = _RESET_WRITES[kind]
+    s = evolve(s, transition=t, **constants, **{f: fn(s, cfg, t) for f, fn in computed})
     fx.passed += (t,)
     return _begin_round(s, cfg, fx, now)
 
 
-def _finish(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
-    """End the turn: the summary if one is ready, acknowledgements, then Finish (last)."""
-    aborted = isinstance(terminal, (AbortedStreaming, AbortedTools))
+def _finish(
+    s: LoopState, cfg: LoopConfig, fx: FX, kind: type[Terminal], **payload: Any
+) -> LoopState:
+    """End the turn with a Terminal, the only place one is made: the summary if one is
+    ready, acknowledgements, then Finish (last)."""
+    terminal: Terminal = kind(**payload)
+    aborted = kind is AbortedStreaming or kind is AbortedTools
     if s.summary_text is not None and not (
         aborted and cfg.compat.summary_dropped_on_abort
     ):  # [Q-10]
@@ -1468,7 +1690,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
             if phase == "waiting_retry"
             else CancelCompaction(compact_id=r.pending_id)
         )
-        return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
+        return _end_aborted(s, cfg, fx, kind, AbortedStreaming)
     if phase == "streaming":  # [I-2]
         fx.append(CancelModelCall(call_id=r.call_id))
         s = evolve(s, round=evolve(r, ended=True))
@@ -1480,7 +1702,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
                 phase="draining",
                 round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind),
             )
-        return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
+        return _end_aborted(s, cfg, fx, kind, AbortedStreaming)
     if phase == "running_tools":  # [I-3]
         s, drains = _abort_slots(s, cfg, fx, kind)
         s = _release(s, cfg, fx)
@@ -1490,7 +1712,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
                 phase="draining",
                 round=evolve(s.round, pending_terminal=AbortedTools(), abort_kind=kind),
             )
-        return _end_aborted(s, cfg, fx, kind, AbortedTools())
+        return _end_aborted(s, cfg, fx, kind, AbortedTools)
     if phase == "draining":  # [I-4] a second, hard interrupt stops the block tools too
         if kind == "submit":
             return s
@@ -1498,7 +1720,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
         s = evolve(s, round=evolve(s.round, abort_kind="hard"))
         s = _release(s, cfg, fx)
         assert s.round.pending_terminal is not None
-        return _finish_aborted(s, cfg, fx, s.round.pending_terminal)
+        return _finish_aborted(s, cfg, fx, type(s.round.pending_terminal))
     if phase == "stop_hooks":  # [I-6]
         fx.append(CancelStopHooks(hooks_id=r.pending_id))
         extra: list[Message] = []
@@ -1507,16 +1729,18 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
             fx.append(Emit(item=m))
             extra.append(m)
         s = _commit(s, extra)
-        return _finish(s, cfg, fx, StopHookPrevented())
+        return _finish(s, cfg, fx, StopHookPrevented)
     raise AssertionError(f"no interrupt rule for phase {phase}")  # pragma: no cover
 
 
-def _end_aborted(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, terminal: Terminal) -> LoopState:
+def _end_aborted(
+    s: LoopState, cfg: LoopConfig, fx: FX, kind: str, terminal: type[Terminal]
+) -> LoopState:
     s = evolve(s, round=evolve(s.round, abort_kind=kind))
     return _finish_aborted(s, cfg, fx, terminal)
 
 
-def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopState:
+def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: type[Terminal]) -> LoopState:
     """Commit what the round produced, the interruption message on a hard interrupt
     (never on submit), and for aborted tools the max-turns attachment when due."""
     s = _release(s, cfg, fx, everything=True)
@@ -1525,16 +1749,12 @@ def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -
     if s.round.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(s.round.withheld)
     if s.round.abort_kind == "hard":
-        text = INTERRUPT_MESSAGE_TOOLS if isinstance(terminal, AbortedTools) else INTERRUPT_MESSAGE
+        text = INTERRUPT_MESSAGE_TOOLS if terminal is AbortedTools else INTERRUPT_MESSAGE
         s, m = _user(s, text, origin="interrupt")
         fx.append(Emit(item=m))
         extra.append(m)
     s = _commit(s, extra)
-    if (
-        isinstance(terminal, AbortedTools)
-        and cfg.max_turns is not None
-        and s.turn_count + 1 > cfg.max_turns
-    ):
+    if terminal is AbortedTools and cfg.max_turns is not None and s.turn_count + 1 > cfg.max_turns:
         s = _max_turns_attachment(s, cfg, fx, s.turn_count + 1)
     return _finish(s, cfg, fx, terminal)
 
@@ -1575,7 +1795,7 @@ def on_compaction_finished(
     fx.extend(Emit(item=m) for m in e.messages)
     s = evolve(s, conversation=Conversation.of(e.messages), tokens_freed=0)
     if s.phase == "reactive_compacting":  # [C-REACTIVE-1]
-        return _continue(s, cfg, fx, ReactiveCompactRetry(), e.at_ms)
+        return _continue(s, cfg, fx, ReactiveCompactRetry, e.at_ms)
     s = evolve(s, compacted_this_round=True, tracking=AutoCompactTracking(compacted=True))
     return _blocking_then_call(s, cfg, fx)
 
@@ -1588,9 +1808,7 @@ def on_compaction_failed(s: LoopState, e: CompactionFailed, cfg: LoopConfig, fx:
     if s.phase == "reactive_compacting":
         w = s.round.withheld
         assert w is not None and w.api_error is not None
-        return _surface(
-            s, cfg, fx, ImageError() if w.api_error.kind == "media" else PromptTooLong()
-        )
+        return _surface(s, cfg, fx, ImageError if w.api_error.kind == "media" else PromptTooLong)
     t = s.tracking
     s = evolve(s, tracking=evolve(t, consecutive_failures=t.consecutive_failures + 1))  # [G6]
     return _blocking_then_call(s, cfg, fx)
@@ -1715,6 +1933,56 @@ TABLE: dict[Phase, dict[type, Handler]] = {
     },
     "stop_hooks": {**_LATE, **_ALWAYS, StopHooksFinished: on_stop_hooks},
     "done": {},  # a finished turn accepts nothing
+}
+
+# Where each (phase, event type) of TABLE may lead, as data: a phase the machine is left in
+# without a transition, a Terminal (the turn ends), a Continue (the next round begins: it waits
+# in ``compacting`` or ``streaming``, or ends at once in ``blocking_limit``), or a ladder (every
+# exit of its rungs). A pair not listed stays in its phase (commands, summaries, late answers).
+# ``steploop graph --static`` draws the machine from this, TABLE and the ladders;
+# tests/reducer/test_graph.py holds that drawing consistent with the one the explorer observes.
+
+START: Final[tuple[object, ...]] = ("compacting", "streaming", BlockingLimit)
+"""Where start() may lead: the first round's pipeline [R-ORDER-1]."""
+
+AFTER_HOOKS: Final[tuple[Rung, ...]] = ROUND_END[_AFTER_HOOKS:]
+
+OUTCOMES: Final[dict[Phase, dict[type, tuple[object, ...]]]] = {
+    "compacting": {
+        CompactionFinished: ("streaming", BlockingLimit),
+        CompactionFailed: ("streaming", BlockingLimit),
+        Interrupted: (AbortedStreaming,),
+    },
+    "streaming": {
+        ModelBlockReceived: ("streaming",),
+        ModelResponseEnded: ("running_tools", TOOL_ROUND_END, ROUND_END),
+        ModelCallFailed: ("streaming", "waiting_retry", ModelError, ImageError, ROUND_END),
+        ToolFinished: ("streaming",),
+        PermissionAnswered: ("streaming", AbortedStreaming),
+        Interrupted: ("draining", AbortedStreaming),
+        MessagesInserted: START,
+    },
+    "waiting_retry": {WaitElapsed: ("streaming",), Interrupted: (AbortedStreaming,)},
+    "running_tools": {
+        ToolFinished: ("running_tools", TOOL_ROUND_END),
+        PermissionAnswered: ("running_tools", TOOL_ROUND_END, AbortedTools),
+        Interrupted: ("draining", AbortedTools),
+    },
+    "draining": {
+        ToolFinished: ("draining", AbortedStreaming, AbortedTools),
+        PermissionAnswered: ("draining", AbortedStreaming, AbortedTools),
+        Interrupted: ("draining", AbortedStreaming, AbortedTools),
+    },
+    "reactive_compacting": {
+        CompactionFinished: (ReactiveCompactRetry,),
+        CompactionFailed: (ImageError, PromptTooLong),
+        Interrupted: (AbortedStreaming,),
+    },
+    "stop_hooks": {
+        StopHooksFinished: (StopHookPrevented, StopHookBlocking, AFTER_HOOKS),
+        Interrupted: (StopHookPrevented,),
+    },
+    "done": {},
 }
 
 _ALLOWED: dict[Phase, tuple[str, ...]] = {

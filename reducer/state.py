@@ -109,7 +109,6 @@ class Round:
     pending_id: int = 0  # the outstanding wait / compaction / stop-hooks id
     pending_terminal: Terminal | None = None  # what a draining phase ends with
     abort_kind: str | None = None  # "hard" or "submit" once the round was interrupted
-    summary_due: bool = False
 
 
 @attrs.frozen(kw_only=True, slots=False)

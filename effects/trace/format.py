@@ -16,6 +16,7 @@ import attrs
 from reducer import LoopConfig, Request, Session, SteploopError
 from reducer.canonical import to_data
 from reducer.conversation import Conversation
+from reducer.digest import Former
 from reducer.effects import CallModel, Compact, Effect, Emit, RunStopHooks, SummarizeToolUse
 from reducer.events import CompactionFinished, Event
 from reducer.messages import (
@@ -26,10 +27,17 @@ from reducer.messages import (
     UserMessage,
 )
 from reducer.serialize import unstructure
+from reducer.state import Round
 from reducer.transitions import Terminal, Transition
 
 FORMAT = "steploop-trace"
-VERSION = 1
+VERSION = 2
+"""The version written. Version 2's state digest no longer counts ``Round.summary_due`` (dead
+state: nothing set or read it, and it was always false); everything else is as in version 1."""
+READS: tuple[int, ...] = (1, 2)
+"""The versions read (and replayed, and resumed: a resumed file keeps its version)."""
+FORMER: dict[int, Former] = {1: {Round: {"summary_due": False}}, 2: {}}
+"""Per version, the state fields its digests count that the state no longer has."""
 DEFAULT_MESSAGE_WINDOW = 1024
 """How many message records a reader keeps bound (specs/trace-format.md, "Message window")."""
 MAX_MESSAGE_WINDOW = 1_000_000
@@ -210,6 +218,3 @@ _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 
 _ALLOWED = {kind: required | optional for kind, (required, optional) in _KEYS.items()}
-_STEP_REQUIRED = _KEYS["step"][0]
-_STEP_ALLOWED = _ALLOWED["step"]
-_MESSAGE_KEYS = _ALLOWED["message"]  # a message record has no optional key

@@ -15,6 +15,7 @@ import attrs
 from effects.trace.format import (
     DEFAULT_MESSAGE_WINDOW,
     FORMAT,
+    FORMER,
     MAX_MESSAGE_WINDOW,
     VERSION,
     RefFn,
@@ -33,7 +34,7 @@ from effects.trace.provenance import (
 from reducer import LoopConfig, LoopState, Request, Session
 from reducer.canonical import canonical_bytes, digest_bytes
 from reducer.conversation import Conversation
-from reducer.digest import STATE_FIELDS, StateDigester, field_digests
+from reducer.digest import STATE_FIELDS, StateDigester
 from reducer.drive import drive
 from reducer.effects import (
     Effect,
@@ -453,17 +454,20 @@ class TraceRecorder:
         provenance: Mapping[str, Any],
         secrets: Iterable[str] | None,
         turn: tuple[LoopConfig, Session | None, Request] | None = None,
+        version: int = VERSION,
     ) -> TraceRecorder:
         """A recorder appending to a resumed trace; ``turn``: the header's config, session
-        and request (what a redacted run steps with, should a secret appear)."""
+        and request (what a redacted run steps with, should a secret appear); ``version``: the
+        file's, whose digests the appended steps carry."""
         rec = cls(file, provenance=provenance, message_window=window, secrets=secrets)
+        rec._digester = StateDigester(FORMER[version])
         if turn is not None:
             rec._config, rec._session, rec._request = turn
         rec._owns = True
         rec._has_header = True
         rec._next = next_index
         rec._prev = last
-        rec._fields = field_digests(last) if last is not None else {}
+        rec._fields = rec._digester.field_digests(last) if last is not None else {}
         return rec
 
     def _resume_record(self, after: int, reissued: Sequence[Effect]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from effects.trace.format import (
+    FORMER,
     EndRecord,
     Record,
     ResumeRecord,
@@ -23,8 +24,8 @@ from effects.trace.format import (
 )
 from effects.trace.read import TraceReader
 from reducer import IllegalEvent, LoopState
-from reducer.canonical import state_digest, to_data
-from reducer.digest import STATE_FIELDS, StateDigester, field_digests
+from reducer.canonical import to_data
+from reducer.digest import STATE_FIELDS, Former, StateDigester, digest_with, field_digests
 from reducer.drive import Loop
 from reducer.effects import Effect, Finish
 from reducer.events import Event
@@ -96,8 +97,10 @@ class ReplayReport:
         )
 
 
-def _differing_fields(state: LoopState, recorded: Mapping[str, str]) -> tuple[str, ...]:
-    actual = field_digests(state)
+def _differing_fields(
+    state: LoopState, recorded: Mapping[str, str], former: Former | None = None
+) -> tuple[str, ...]:
+    actual = StateDigester(former).field_digests(state) if former else field_digests(state)
     out = [n for n in STATE_FIELDS if n in recorded and recorded[n] != actual[n]]
     return tuple(out)
 
@@ -122,6 +125,7 @@ class _Walk:
         self.effect_count = 0
         self.resumes = 0
         self.digest: Callable[[LoopState], str] = StateDigester()
+        self.former: Former = {}  # the recorded version's former state fields
         self._loop: Loop | None = None
 
     def _seen(
@@ -137,6 +141,8 @@ class _Walk:
         for rec in self.reader:
             if isinstance(rec, TraceHeader):
                 self.header = rec
+                self.former = FORMER[rec.version]
+                self.digest = StateDigester(self.former)
                 self._loop = Loop(rec.config, _recorded, observe=self._seen, keep_transitions=False)
             elif isinstance(rec, StepRecord):
                 header, loop = self.header, self._loop
@@ -186,7 +192,7 @@ def _effects_mismatch(
         effect_index=k,
         expected=rec.effects[k] if k < len(rec.effects) else None,
         actual=actual[k] if k < len(actual) else None,
-        fields=_differing_fields(state, fields),
+        fields=_differing_fields(state, fields, walk.former),
     )
 
 
@@ -196,9 +202,10 @@ def _digest_mismatch(
     digest = walk.digest(state)
     if digest == rec.digest:
         return None
-    official = state_digest(state)
+    official = digest_with(state, walk.former)
     if official != digest:  # pragma: no cover - the composed digest is checked by tests
-        walk.digest = state_digest  # never trust the composition again in this replay
+        former = walk.former
+        walk.digest = lambda s: digest_with(s, former)  # never trust the composition again
         if official == rec.digest:
             return None
     return Mismatch(
@@ -208,7 +215,7 @@ def _digest_mismatch(
         effect_index=None,
         expected=rec.digest,
         actual=official,
-        fields=_differing_fields(state, fields) or ("unknown",),
+        fields=_differing_fields(state, fields, walk.former) or ("unknown",),
     )
 
 

@@ -170,6 +170,7 @@ class Resumption:
             provenance=prov,
             secrets=secrets,
             turn=(header.config, header.session, header.request),
+            version=header.version,
         )
         self.synthesized: list[Event] = []
         """Events resume made up for work cut off mid-way, already stepped and recorded."""

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import attrs
 
-from effects.trace.format import _KEYS, _RECORD_TYPES, FORMAT, MAX_MESSAGE_WINDOW, VERSION
+from effects.trace.format import _KEYS, _RECORD_TYPES, FORMAT, MAX_MESSAGE_WINDOW, READS, VERSION
 from reducer import PHASES, LoopConfig, Request, Session
 from reducer.conversation import Conversation
 from reducer.digest import STATE_FIELDS
@@ -129,7 +129,7 @@ def trace_schema() -> dict[str, Any]:
         "properties": {
             "record": {"const": "header"},
             "format": {"const": FORMAT},
-            "version": {"const": VERSION},
+            "version": {"enum": list(READS)},
             "steploop": {"type": "string"},
             "provenance": {"$ref": "#/$defs/provenance"},
             "message_window": {"type": "integer", "minimum": 1, "maximum": MAX_MESSAGE_WINDOW},

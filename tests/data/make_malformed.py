@@ -284,13 +284,13 @@ CASES: list[tuple[str, Callable[[list[str]], bytes], str]] = [
     ),
     (
         "newer_version.jsonl",
-        edit(1, put("version", 2)),
-        "1: format version 2 is newer than this steploop reads (version 1); upgrade steploop",
+        edit(1, put("version", 3)),
+        "1: format version 3 is newer than this steploop reads (version 2); upgrade steploop",
     ),
     (
         "unknown_version.jsonl",
         edit(1, put("version", 0)),
-        "1: unknown format version 0; this steploop reads version 1",
+        "1: unknown format version 0; this steploop reads versions 1 and 2",
     ),
     (
         "version_not_integer.jsonl",

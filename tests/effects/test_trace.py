@@ -949,7 +949,7 @@ def test_cli_stats_counts_and_skips_malformed(
     ]
     (warning,) = err.splitlines()
     assert (
-        warning.startswith("steploop: warning: ") and "broken.jsonl:1: format version 2" in warning
+        warning.startswith("steploop: warning: ") and "broken.jsonl:1: format version 3" in warning
     )
     assert "\r[" not in err
     code, _, err = cli(["stats", str(tmp_path), "--progress"], capsys)

@@ -1,10 +1,9 @@
-"""The reader's fast lane changes nothing a reader sees (effects/trace/read.py, TraceReader).
+"""The reader's fast paths change nothing a reader sees (effects/trace/read.py, TraceReader).
 
-Step and message records go from the line loop straight to ``_step`` and ``_message``, with
-orjson, the compiled structurers and cheap checks first; every other line, and any line a fast
-check declines, takes the general code (``_record``), which words the error. Here mutated
-records read the same with everything fast and with everything general: the same records, the
-same reader counters, or the same error.
+Records are decoded with orjson (when installed), the compiled structurers and cheap checks
+first; any line a fast check declines takes the general code, which words the error. Here
+mutated records read the same with everything fast and with everything general: the same
+records, the same reader counters, or the same error.
 """
 
 from __future__ import annotations
@@ -28,14 +27,11 @@ from tests.effects.test_trace_fast import _general_only as _no_fast_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "specs" / "scenarios"
-_NEVER = frozenset({"<no record has this key>"})
 
 
 def _general_only(m: pytest.MonkeyPatch) -> None:
-    """Every line through _record, no orjson, no compiled structurer."""
+    """No orjson, no compiled structurer: the general code for every record."""
     _no_fast_paths(m)  # test_trace_fast's: no orjson, no fast tables or structurers
-    m.setattr(trace_read, "_STEP_REQUIRED", _NEVER)  # no step record takes the lane
-    m.setattr(trace_read, "_MESSAGE_KEYS", _NEVER)  # no message record takes the lane
 
 
 def _outcome(path: Path, tolerate: bool = True) -> tuple[Any, ...]:

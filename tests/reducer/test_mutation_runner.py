@@ -68,7 +68,8 @@ def test_the_scope_and_the_guard_functions(all_mutants: list[mu.Mutant]) -> None
     assert all(m.guard for m in all_mutants if m.file in ("reducer/config.py", "reducer/state.py"))
     assert {fn for f, fn in guards if f == "reducer/config.py"} >= {"RetryPolicy.delay_ms", "full"}
     machine = {fn for f, fn in guards if f == "reducer/machine.py"}
-    assert {"_no_tool_use", "_mot_ladder", "_token_budget", "_continue", "_interrupt"} <= machine
+    # the no-tool-use path is the ladder ROUND_END: its rungs hold what _no_tool_use held
+    assert {"_prompt_too_long", "_mot_ladder", "_token_budget", "_continue", "_interrupt"} <= machine
     assert "_msg_id" not in machine  # no rule cited: in the population, not a guard function
 
 
