@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import typing
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
@@ -31,7 +30,6 @@ from effects.trace import (
     Policy,
     ResumeRecord,
     StepRecord,
-    TraceError,
     TraceHeader,
     TraceReader,
     describe_effect,
@@ -133,6 +131,13 @@ def _steps(reader: TraceReader) -> Iterator[StepRecord]:
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
+    from effects import corpus  # several traces, a directory, --jobs, --scheduler
+
+    if corpus.is_corpus(args):
+        if counterfactual:
+            raise _cli_error("counterfactual replay takes one trace file")
+        return corpus.replay_command(args, out)
+    args.trace = args.trace[0] if isinstance(args.trace, list) else args.trace
     if not counterfactual:
         report = replay_exact(
             args.trace,
@@ -381,80 +386,10 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 # stats
 
 
-class _Progress:
-    """``[#####     ] 12/40 files`` on a terminal (or when asked); nothing otherwise."""
-
-    def __init__(self, total: int, stream: TextIO, enabled: bool, width: int = 30) -> None:
-        self.total = total
-        self.stream = stream
-        self.enabled = enabled and total > 0
-        self.width = width
-
-    def show(self, done: int) -> None:
-        if not self.enabled:
-            return
-        filled = self.width * done // self.total
-        bar = "#" * filled + " " * (self.width - filled)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} files")
-        self.stream.flush()
-
-    def clear(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _file_counts(path: Path) -> tuple[Counter[str], str]:
-    transitions: Counter[str] = Counter()
-    reader = TraceReader(path)
-    for rec in reader:
-        if isinstance(rec, StepRecord) and rec.transition is not None:
-            transitions[rec.transition.TAG] += 1
-    terminal = reader.end.terminal.TAG if reader.end is not None else "(unfinished)"
-    return transitions, terminal
-
-
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
-    root = Path(args.dir)
-    if not root.exists():
-        raise _cli_error(f"{root}: no such directory")
-    if not root.is_dir():
-        raise _cli_error(f"{root}: not a directory")
-    files = sorted(root.glob("*.jsonl"))
-    if not files:
-        raise _cli_error(f"{root}: no *.jsonl trace files")
-    err = sys.stderr
-    progress = _Progress(len(files), err, bool(args.progress) or err.isatty())
-    transitions: Counter[str] = Counter()
-    terminals: Counter[str] = Counter()
-    warnings: list[str] = []
-    progress.show(0)
-    for k, path in enumerate(files, 1):
-        try:
-            t, end = _file_counts(path)
-        except TraceError as e:
-            warnings.append(f"steploop: warning: {e} (skipped)")
-        else:
-            transitions.update(t)
-            terminals[end] += 1
-        progress.show(k)
-    progress.clear()
-    for w in warnings:
-        print(w, file=err)
-    read = len(files) - len(warnings)
-    print(f"{read} trace(s) read, {len(warnings)} skipped, in {root}", file=out)
-    width = max((len(k) for k in [*transitions, *terminals]), default=10)
-    print("transitions:", file=out)
-    for tag, n in sorted(transitions.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {tag.ljust(width)}  {n:>7,}", file=out)
-    if not transitions:
-        print("  none", file=out)
-    print("terminals:", file=out)
-    for tag, n in sorted(terminals.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {tag.ljust(width)}  {n:>7,}", file=out)
-    if not terminals:
-        print("  none", file=out)
-    return 0
+    from effects.corpus import stats_command  # in parallel: effects/corpus.py
+
+    return stats_command(args, out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -538,13 +473,15 @@ TRACE_COMMANDS: dict[str, Handler] = {
 def register(subparsers: Any) -> dict[str, Handler]:
     """Add the trace commands to ``parser.add_subparsers(...)``; returns name -> handler
     (each subparser also carries it as the ``handler`` default)."""
+    from effects.corpus import add_options as corpus_options
+
     p = subparsers.add_parser(
         "replay",
         help="replay a trace exactly, or under another config (counterfactual)",
         description="Without options: exact replay (every effect and state digest checked). "
         "With --set/--profile/--on-divergence: counterfactual replay.",
     )
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("trace", metavar="TRACE", nargs="+", help="a trace, or several, a DIR, @LIST")
     p.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)"
     )
@@ -570,6 +507,7 @@ def register(subparsers: Any) -> dict[str, Handler]:
         metavar="N",
         help=f"steps between checkpoints (default {DEFAULT_CHECKPOINT_EVERY})",
     )
+    corpus_options(p, progress=True)
     p.set_defaults(handler=cmd_replay)
 
     d = subparsers.add_parser("diff", help="the first divergence between two traces")
@@ -583,10 +521,8 @@ def register(subparsers: Any) -> dict[str, Handler]:
     s.set_defaults(handler=cmd_show)
 
     st = subparsers.add_parser("stats", help="transition and terminal counts over *.jsonl in DIR")
-    st.add_argument("dir", metavar="DIR")
-    st.add_argument(
-        "--progress", action="store_true", help="show the progress bar even off a terminal"
-    )
+    st.add_argument("dir", metavar="DIR", nargs="+", help="directories, traces, @LIST files")
+    corpus_options(st, progress=True)
     st.set_defaults(handler=cmd_stats)
 
     r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")
