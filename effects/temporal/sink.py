@@ -1,0 +1,87 @@
+"""The steploop trace of a workflow run, written by the workflow as it steps.
+
+Workflow code runs again whenever a worker rebuilds a workflow from its history (another worker
+after a crash, an evicted cache, the Replayer): every step is taken again, and so every trace
+line is produced again. The lines are the same bytes each time (``step()`` is deterministic, the
+provenance comes with the workflow's input, event times are the workflow's clock), so the sink
+compares what it produces with what the file already holds and writes only what comes after:
+each step is in the file once, however often the workflow code ran. A line that differs from
+the one in the file is a determinism failure of steploop's own, and stops the workflow task
+(:class:`TraceDiverged`), as Temporal's check stops it for a command that differs from the
+history. A partial last line (a worker killed while writing) is cut and written again.
+
+A run continued as new starts where the last one stopped: ``offset`` is how many bytes of the
+file the runs before it produced.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from reducer import SteploopError
+
+__all__ = ["TraceDiverged", "TraceSink"]
+
+
+class TraceDiverged(SteploopError):
+    """The workflow produced a trace line that differs from the one already recorded."""
+
+
+class TraceSink:
+    """A text file object for :class:`effects.trace.TraceRecorder` that skips (and checks) the
+    bytes the file already holds, and appends the rest."""
+
+    def __init__(self, path: str | os.PathLike[str], offset: int = 0) -> None:
+        self.path = Path(path)
+        self.produced = offset  # bytes of the file produced so far, by this run and earlier
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[bytes] = open(self.path, "a+b")
+        self._file.seek(0)
+        held = self._file.read()
+        whole = held.rfind(b"\n") + 1  # a partial last line is written again
+        if whole < len(held):
+            self._file.truncate(whole)
+        if whole < offset:
+            raise TraceDiverged(
+                f"{self.path}: holds {whole} bytes, but the runs before produced {offset}"
+            )
+        self._expected = memoryview(held[offset:whole])
+        self._file.seek(0, os.SEEK_END)
+
+    @property
+    def checked(self) -> bool:
+        """Whether every byte the file held has been produced again (and matched)."""
+        return len(self._expected) == 0
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8")
+        self.produced += len(data)
+        if self._expected:
+            n = min(len(self._expected), len(data))
+            if self._expected[:n] != data[:n]:
+                line = bytes(self._expected[: self._expected.tobytes().find(b"\n") + 1 or n])
+                raise TraceDiverged(
+                    f"{self.path}: the workflow produced another trace line than the recorded "
+                    f"one at byte {self.produced - len(data)}: recorded {line[:120]!r}, "
+                    f"produced {data[:120]!r}"
+                )
+            self._expected = self._expected[n:]
+            data = data[n:]
+        if data:
+            self._file.write(data)
+        return len(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> TraceSink:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
