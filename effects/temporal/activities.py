@@ -24,10 +24,12 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import attrs
 from temporalio import activity
 
 from effects.protocols import Compactor, ModelClient, StopHookRunner
@@ -124,6 +126,15 @@ async def _heartbeating() -> AsyncIterator[None]:
             await task
 
 
+E = TypeVar("E", bound=Event)
+
+
+def _stamped(event: E) -> E:
+    """The worker's clock on an event, as it happens (the history keeps it)."""
+    stamped: E = attrs.evolve(event, at_ms=int(time.time() * 1000))
+    return stamped
+
+
 def _what(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -198,15 +209,13 @@ class SteploopActivities:
                             kind="unknown",
                             message=f"the model client produced malformed data: {event!r:.200}",
                         )
-                        return [*out, encode(failed)]
-                    out.append(encode(event))
+                        return [*out, encode(_stamped(failed))]
+                    out.append(encode(_stamped(event)))
                     if not isinstance(event, ModelBlockReceived):
                         return out
             except Exception as exc:  # a broken client is a model error, not a crash
-                return [
-                    *out,
-                    encode(ModelCallFailed(call_id=cid, kind="unknown", message=_what(exc))),
-                ]
+                failed = ModelCallFailed(call_id=cid, kind="unknown", message=_what(exc))
+                return [*out, encode(_stamped(failed))]
             finally:
                 aclose = getattr(stream, "aclose", None)
                 if aclose is not None:
@@ -214,7 +223,7 @@ class SteploopActivities:
         broken = ModelCallFailed(
             call_id=cid, kind="stream_broken", message="the model stream ended without a result"
         )
-        return [*out, encode(broken)]
+        return [*out, encode(_stamped(broken))]
 
     @activity.defn(name="steploop.run_tool")
     async def run_tool(self, effect: dict[str, Any], key: str) -> dict[str, Any]:
@@ -234,12 +243,14 @@ class SteploopActivities:
         finally:
             IDEMPOTENCY_KEY.reset(token)
         result = encode(
-            ToolFinished(
-                generation=call.generation,
-                tool_use_id=call.tool_use_id,
-                content=out.content,
-                is_error=out.is_error,
-                hook_stopped=out.hook_stopped,
+            _stamped(
+                ToolFinished(
+                    generation=call.generation,
+                    tool_use_id=call.tool_use_id,
+                    content=out.content,
+                    is_error=out.is_error,
+                    hook_stopped=out.hook_stopped,
+                )
             )
         )
         if self.ledger is not None:
@@ -256,12 +267,14 @@ class SteploopActivities:
         call: Compact = structure(effect, Compact)
         cid = call.compact_id
         if self.compactor is None:
-            return encode(CompactionFailed(compact_id=cid, reason="no compactor configured"))
+            return encode(
+                _stamped(CompactionFailed(compact_id=cid, reason="no compactor configured"))
+            )
         async with _heartbeating():
             try:
                 result: Any = await self.compactor.compact(call)
             except Exception as exc:  # counted by the breaker, never a crash
-                return encode(CompactionFailed(compact_id=cid, reason=_what(exc)))
+                return encode(_stamped(CompactionFailed(compact_id=cid, reason=_what(exc))))
         if (
             not isinstance(result, (CompactionFinished, CompactionFailed))
             or result.compact_id != cid
@@ -269,14 +282,14 @@ class SteploopActivities:
             result = CompactionFailed(
                 compact_id=cid, reason=f"the compactor returned malformed data: {result!r:.200}"
             )
-        return encode(result)
+        return encode(_stamped(result))
 
     @activity.defn(name="steploop.run_stop_hooks")
     async def run_stop_hooks(self, effect: dict[str, Any], subagent: bool) -> dict[str, Any]:
         call: RunStopHooks = structure(effect, RunStopHooks)
         hid = call.hooks_id
         if self.stop_hooks is None:
-            return encode(StopHooksFinished(hooks_id=hid))
+            return encode(_stamped(StopHooksFinished(hooks_id=hid)))
         async with _heartbeating():
             try:
                 result: Any = await self.stop_hooks.run(
@@ -292,7 +305,7 @@ class SteploopActivities:
             result = StopHooksFinished(
                 hooks_id=hid, error=f"the stop hooks returned malformed data: {result!r:.200}"
             )
-        return encode(result)
+        return encode(_stamped(result))
 
     @activity.defn(name="steploop.summarize")
     async def summarize(self, effect: dict[str, Any]) -> dict[str, Any]:
@@ -304,8 +317,10 @@ class SteploopActivities:
             except Exception:
                 text = None
         return encode(
-            ToolUseSummaryReady(
-                summary_id=call.summary_id, summary=text if isinstance(text, str) else None
+            _stamped(
+                ToolUseSummaryReady(
+                    summary_id=call.summary_id, summary=text if isinstance(text, str) else None
+                )
             )
         )
 

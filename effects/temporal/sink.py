@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from reducer import SteploopError
 
@@ -31,24 +31,25 @@ class TraceDiverged(SteploopError):
 
 class TraceSink:
     """A text file object for :class:`effects.trace.TraceRecorder` that skips (and checks) the
-    bytes the file already holds, and appends the rest."""
+    bytes the file already holds, and appends the rest (each write opens, appends, closes)."""
 
     def __init__(self, path: str | os.PathLike[str], offset: int = 0) -> None:
         self.path = Path(path)
         self.produced = offset  # bytes of the file produced so far, by this run and earlier
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = open(self.path, "a+b")
-        self._file.seek(0)
-        held = self._file.read()
+        try:
+            held = self.path.read_bytes()
+        except FileNotFoundError:
+            held = b""
         whole = held.rfind(b"\n") + 1  # a partial last line is written again
         if whole < len(held):
-            self._file.truncate(whole)
+            with open(self.path, "r+b") as f:
+                f.truncate(whole)
         if whole < offset:
             raise TraceDiverged(
                 f"{self.path}: holds {whole} bytes, but the runs before produced {offset}"
             )
         self._expected = memoryview(held[offset:whole])
-        self._file.seek(0, os.SEEK_END)
 
     @property
     def checked(self) -> bool:
@@ -61,24 +62,28 @@ class TraceSink:
         if self._expected:
             n = min(len(self._expected), len(data))
             if self._expected[:n] != data[:n]:
-                line = bytes(self._expected[: self._expected.tobytes().find(b"\n") + 1 or n])
+                recorded = bytes(self._expected[:n])
+                at = next(k for k in range(n) if recorded[k] != data[k])
+                lo = max(0, at - 60)
                 raise TraceDiverged(
-                    f"{self.path}: the workflow produced another trace line than the recorded "
-                    f"one at byte {self.produced - len(data)}: recorded {line[:120]!r}, "
-                    f"produced {data[:120]!r}"
+                    f"{self.path}: the workflow produced other trace bytes than the recorded "
+                    f"ones at byte {self.produced - len(data) + at}: recorded "
+                    f"{recorded[lo : at + 60]!r}, produced {data[lo : at + 60]!r}"
                 )
             self._expected = self._expected[n:]
             data = data[n:]
         if data:
-            self._file.write(data)
+            # opened for each write: the workflow may be evicted at any await, and a sink
+            # left holding an open file by an evicted workflow would leak it
+            with open(self.path, "ab") as f:
+                f.write(data)
         return len(text)
 
     def flush(self) -> None:
-        self._file.flush()
+        """Every write is flushed (and closed) already."""
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        """Nothing is held open."""
 
     def __enter__(self) -> TraceSink:
         return self

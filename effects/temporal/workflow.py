@@ -28,7 +28,7 @@ import dataclasses
 import typing
 from collections import deque
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import IO, Any
 
 import attrs
@@ -100,6 +100,7 @@ class Carried:
     usage: dict[str, Any]
     acknowledged: list[str]
     runs: int  # runs so far (this one is runs + 1)
+    last_ms: int  # the time of the last event stepped
 
 
 @dataclasses.dataclass
@@ -163,13 +164,17 @@ class TurnWorkflow:
         self._items_base = 0
         self._state: LoopState | None = None
         self._next = 0  # step records so far: the next step's index
+        self._last_ms = 0  # the time of the last event stepped (the loop's clock)
         self._done = False
 
     # -- clients ---------------------------------------------------------------------------
 
     @workflow.update
-    async def answer_permission(self, tool_use_id: str, decision: str, reason: str = "") -> None:
-        """Answer a pending permission request: allow, deny_by_rule or rejected_by_user."""
+    async def answer_permission(
+        self, tool_use_id: str, decision: str, reason: str = "", at_ms: int = 0
+    ) -> None:
+        """Answer a pending permission request: allow, deny_by_rule or rejected_by_user.
+        ``at_ms``: when the user answered (the client's clock; 0: the loop's last time)."""
         ask = self._asks.pop(tool_use_id)
         self._feed(
             PermissionAnswered(
@@ -177,25 +182,29 @@ class TurnWorkflow:
                 tool_use_id=tool_use_id,
                 decision=decision,  # type: ignore[arg-type]  # checked by the validator
                 reason=reason,
+                at_ms=at_ms,
             )
         )
 
     @answer_permission.validator
-    def _check_answer(self, tool_use_id: str, decision: str, reason: str = "") -> None:
+    def _check_answer(
+        self, tool_use_id: str, decision: str, reason: str = "", at_ms: int = 0
+    ) -> None:
         if tool_use_id not in self._asks:
             raise ValueError(f"no permission request is pending for {tool_use_id!r}")
         if decision not in DECISIONS:
             raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
 
     @workflow.signal
-    def interrupt(self, kind: str = "hard") -> None:
+    def interrupt(self, kind: str = "hard", at_ms: int = 0) -> None:
+        """Interrupt the turn: hard (Esc) or submit (a new message was sent)."""
         if kind in ("hard", "submit") and not self._done:
-            self._feed(Interrupted(kind=kind))  # type: ignore[arg-type]
+            self._feed(Interrupted(kind=kind, at_ms=at_ms))  # type: ignore[arg-type]
 
     @workflow.signal
-    def queue_command(self, command_id: str, text: str) -> None:
+    def queue_command(self, command_id: str, text: str, at_ms: int = 0) -> None:
         if not self._done:
-            self._feed(CommandQueued(command_id=command_id, text=text))
+            self._feed(CommandQueued(command_id=command_id, text=text, at_ms=at_ms))
 
     @workflow.query
     def pending_permissions(self) -> list[dict[str, Any]]:
@@ -246,12 +255,14 @@ class TurnWorkflow:
                 structure(inp.session, Session) if inp.session is not None else None
             )
             state, fx = start(request, config, session)
+            self._last_ms = request.at_ms
             self._record(recorder, None, state, fx)
             pending = deque(fx)
         else:
             state = structure(carried.state, LoopState)
             pending = deque(structure(e, Effect) for e in carried.effects)
             self._next, self._items_base = carried.steps, carried.items
+            self._last_ms = carried.last_ms
             if recorder is not None:
                 with workflow.unsafe.sandbox_unrestricted():
                     recorder._resume_record(carried.steps - 1, tuple(pending))
@@ -269,7 +280,8 @@ class TurnWorkflow:
                 if terminal is not None:
                     break
                 await workflow.wait_condition(lambda: bool(self._inbox))
-                event = _stamped(self._inbox.popleft(), workflow.now())
+                event = self._inbox.popleft()
+                self._last_ms = max(self._last_ms, event.at_ms)
                 if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
                     usage = _add(usage, event.usage)
                 before = state.transition
@@ -329,6 +341,7 @@ class TurnWorkflow:
             usage=encode(usage),
             acknowledged=list(acknowledged),
             runs=runs,
+            last_ms=self._last_ms,
         )
         workflow.continue_as_new(dataclasses.replace(inp, carried=carried))
 
@@ -374,6 +387,10 @@ class TurnWorkflow:
                 recorder(event, state, fx)
 
     def _feed(self, event: Event) -> None:
+        """Queue an event for stepping; one without a time of its own (made here) takes the
+        time of the last event stepped."""
+        if event.at_ms == 0 and self._last_ms:
+            event = attrs.evolve(event, at_ms=self._last_ms)
         self._inbox.append(event)
 
     # -- effects ---------------------------------------------------------------------------
@@ -394,7 +411,7 @@ class TurnWorkflow:
                 self._items.append(encode(item))
             case AskPermission():
                 decision = self._decide(effect.name)
-                answer = policy_answer(effect, decision)
+                answer = policy_answer(effect, decision, self._last_ms)
                 if answer is not None:
                     self._feed(answer)
                 else:
@@ -437,9 +454,11 @@ class TurnWorkflow:
             case Wait(wait_id=wid, ms=ms):
                 assert key is not None
 
+                due = self._last_ms + ms  # the timer fires at that time or later
+
                 async def elapsed() -> list[Event]:
                     await workflow.sleep(timedelta(milliseconds=ms))
-                    return [WaitElapsed(wait_id=wid)]
+                    return [WaitElapsed(wait_id=wid, at_ms=due)]
 
                 self._tasks[key] = asyncio.create_task(self._serve(key, elapsed()))
             case Compact():
@@ -542,9 +561,3 @@ class TurnWorkflow:
             await call
         except (ActivityError, asyncio.CancelledError):
             pass  # fire and forget: the result was kept, or it was not
-
-
-def _stamped(event: Event, now: datetime) -> Event:
-    """The workflow's clock on every event (one clock, replayed from the history)."""
-    stamped: Event = attrs.evolve(event, at_ms=int(now.timestamp() * 1000))
-    return stamped

@@ -18,6 +18,13 @@ workflow keeps one task per open key. This is the matching a driver loop needs f
 when steploop grows one driver loop over pluggable worlds, this table is what the Temporal
 world contributes to it.
 
+Times: every event carries a time that the history holds, never ``workflow.now()`` (a
+workflow task's clock is not always the one its replay sees: a rejected update's speculative
+task leaves no trace in the history). Activities stamp their events with the worker's clock
+as they happen; a client's update or signal carries the client's clock; an answer the workflow
+makes itself (a permission the policy settles, a failed activity) takes the time of the last
+event stepped, and a timer's ``WaitElapsed`` that time plus the wait.
+
 Values cross Temporal as plain JSON data (``reducer.serialize.unstructure``), never as pickles:
 effects go to activities, events come back, the loop state travels through ``continue_as_new``.
 """
@@ -120,11 +127,14 @@ def kind_of(effect: Effect) -> Kind:
     return "fire_and_forget"
 
 
-def policy_answer(effect: AskPermission, decision: str) -> PermissionAnswered | None:
+def policy_answer(effect: AskPermission, decision: str, at_ms: int) -> PermissionAnswered | None:
     """The answer a policy decision gives at once ("allow", "deny"), or None for "ask"."""
     if decision == "allow":
         return PermissionAnswered(
-            generation=effect.generation, tool_use_id=effect.tool_use_id, decision="allow"
+            generation=effect.generation,
+            tool_use_id=effect.tool_use_id,
+            decision="allow",
+            at_ms=at_ms,
         )
     if decision == "deny":
         return PermissionAnswered(
@@ -132,6 +142,7 @@ def policy_answer(effect: AskPermission, decision: str) -> PermissionAnswered | 
             tool_use_id=effect.tool_use_id,
             decision="deny_by_rule",
             reason="The permission policy denies this tool.",
+            at_ms=at_ms,
         )
     return None
 
