@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
         trace_cli = None  # type: ignore[assignment]
     if trace_cli is not None:
         trace_cli.register(sub)
+    from effects.temporal import cli as temporal_cli  # needs temporalio only when run
+
+    temporal_cli.register(sub)
     return p
 
 

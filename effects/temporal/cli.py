@@ -1,0 +1,235 @@
+"""``steploop temporal worker`` and ``steploop temporal start PROMPT``.
+
+The subcommand exists without the ``temporal`` extra; running it then says how to install it.
+Both commands end the process with ``os._exit`` once their output is flushed: the Temporal
+SDK's native runtime can crash a process while the interpreter shuts down (temporalio
+sdk-python issue 300), which would turn a finished command into a wrong exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+__all__ = ["register"]
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+DEFAULT_STORE = ".steploop-temporal"
+
+
+def _need_temporal() -> None:
+    try:
+        import temporalio  # noqa: F401
+    except ImportError:
+        from effects.cli import CliError
+
+        raise CliError(
+            "steploop temporal needs the temporal extra: pip install 'steploop[temporal]'"
+        ) from None
+
+
+def _exit(code: int, out: TextIO) -> NoReturn:
+    out.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", default=DEFAULT_ADDRESS, help=f"default {DEFAULT_ADDRESS}")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--task-queue", default="steploop")
+    p.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        help="directory shared by the clients and workers: large payloads (blobs/) and the "
+        f"tool-call ledger (ledger/); default {DEFAULT_STORE}",
+    )
+
+
+def register(subparsers: Any) -> None:
+    t = subparsers.add_parser("temporal", help="run turns durably on Temporal (steploop[temporal])")
+    sub = t.add_subparsers(dest="temporal_command", required=True)
+    w = sub.add_parser("worker", help="run a worker: the turn workflow and its activities")
+    _common(w)
+    w.add_argument(
+        "--workspace",
+        help="directory the tools are confined to (default: ., or with --demo a scratch copy "
+        "of the sample project)",
+    )
+    w.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
+    w.add_argument(
+        "--demo",
+        action="store_true",
+        help="the demo's scripted model on a scratch copy of the sample project",
+    )
+    w.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
+    w.set_defaults(handler=cmd_worker)
+    s = sub.add_parser("start", help="start a turn and follow it to its end")
+    _common(s)
+    s.add_argument("prompt")
+    s.add_argument("--workflow-id", help="default: steploop-<random>")
+    s.add_argument("--trace", metavar="FILE", help="where the workflow writes the turn's trace")
+    s.add_argument("--yes", action="store_true", help="allow every tool call without asking")
+    s.add_argument("--profile", default="default", help="default, claude_code_2_1_88 or full")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
+    s.add_argument("--rounds-per-run", type=int, default=50, help="continue as new every N rounds")
+    s.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
+    s.set_defaults(handler=cmd_start)
+
+
+# ----------------------------------------------------------------------------------------------
+# worker
+
+
+def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
+    _need_temporal()
+    from effects.cli import SAMPLE_PROJECT, CliError, demo_script
+    from effects.tools import ToolRegistry, builtin_tools
+
+    if args.demo and args.workspace is None:
+        workspace = Path(tempfile.mkdtemp(prefix="steploop-temporal-demo-")) / "project"
+        shutil.copytree(SAMPLE_PROJECT, workspace)
+    else:
+        workspace = Path(args.workspace or ".").resolve()
+        if not workspace.is_dir():
+            raise CliError(f"workspace {workspace} is not a directory")
+    tools = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
+    model: Any
+    if args.demo or args.scripted:
+        from effects.scripted import ScriptedModel
+        from effects.temporal.activities import ByCallId
+        from effects.trace_cli import _load_json
+
+        script = demo_script() if args.demo else _load_json(args.scripted)
+        model = ByCallId(ScriptedModel.from_json(script, traits_for=tools.traits))
+    else:
+        from effects.trace_cli import _live_model
+
+        _, model = _live_model(tools.traits, tools.definitions())
+    code = asyncio.run(_work(args, model, tools, workspace, out))
+    _exit(code, out)
+
+
+async def _work(
+    args: argparse.Namespace, model: Any, tools: Any, workspace: Path, out: TextIO
+) -> int:
+    from effects.temporal.activities import Ledger, SteploopActivities
+    from effects.temporal.client import worker
+
+    store = Path(args.store)
+    client = await _connect(args)
+    acts = SteploopActivities(
+        model=model, tools=tools, workspace=workspace, ledger=Ledger(store / "ledger")
+    )
+    async with worker(client, acts, task_queue=args.task_queue):
+        print(
+            f"worker on {args.address} (task queue {args.task_queue}), workspace {workspace}; "
+            "Ctrl-C stops it",
+            file=out,
+            flush=True,
+        )
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:  # pragma: no cover - Ctrl-C
+            pass
+    return 0
+
+
+async def _connect(args: argparse.Namespace) -> Any:
+    from effects.cli import CliError
+    from effects.temporal.client import connect
+
+    try:
+        return await connect(
+            args.address, namespace=args.namespace, blob_dir=Path(args.store) / "blobs"
+        )
+    except Exception as e:  # RuntimeError from the bridge: connection refused, bad address
+        raise CliError(f"cannot reach Temporal at {args.address}: {e}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# start
+
+
+def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
+    _need_temporal()
+    from effects.cli import CliError, _config
+
+    if args.rounds_per_run < 1:
+        raise CliError("--rounds-per-run must be at least 1")
+    config = _config(args)
+    if args.trace and Path(args.trace).exists():
+        raise CliError(f"{args.trace} exists: the workflow writes a new trace there")
+    code = asyncio.run(_start(args, config, out))
+    _exit(code, out)
+
+
+async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
+    from effects.cli import describe
+    from effects.run import PermissionPolicy
+    from effects.temporal.client import start_turn, turn_input
+    from effects.temporal.workflow import TurnWorkflow
+    from reducer.messages import Emitted
+    from reducer.serialize import structure
+
+    client = await _connect(args)
+    inp = turn_input(
+        args.prompt,
+        config=config,
+        permissions=PermissionPolicy(
+            allow=frozenset({"Read", "Glob", "Grep"}), default="allow" if args.yes else "ask"
+        ),
+        trace_path=Path(args.trace).resolve() if args.trace else None,
+        rounds_per_run=args.rounds_per_run,
+    )
+    wid = args.workflow_id or f"steploop-{uuid.uuid4().hex[:12]}"
+    handle = await start_turn(client, inp, workflow_id=wid, task_queue=args.task_queue)
+    print(f"▶ {args.prompt}  (workflow {wid})", file=out, flush=True)
+    if args.no_wait:
+        return 0
+    result = asyncio.ensure_future(handle.result())
+    seen = 0
+    asked: set[str] = set()
+    while True:
+        done = result.done()
+        for data in await handle.query(TurnWorkflow.items, seen):
+            item: Emitted = structure(data, Emitted)
+            print(f"  {describe(item)}", file=out, flush=True)
+            seen += 1
+        if done:
+            break
+        for ask in await handle.query(TurnWorkflow.pending_permissions):
+            tid = ask["tool_use_id"]
+            if tid in asked:
+                continue
+            asked.add(tid)
+            decision = await asyncio.to_thread(_ask, ask, out)
+            await handle.execute_update(
+                TurnWorkflow.answer_permission,
+                args=[tid, decision, "", int(time.time() * 1000)],
+            )
+        await asyncio.wait({result}, timeout=0.2)
+    res = result.result()
+    print(f"══ terminal: {res.terminal['type']}  ({res.steps} steps, {res.runs} run(s))", file=out)
+    if args.trace:
+        print(f"trace: {args.trace} (steploop replay {args.trace})", file=out)
+    return 0
+
+
+def _ask(ask: dict[str, Any], out: TextIO) -> str:
+    shown = ", ".join(f"{k}={str(v)[:40]}" for k, v in ask["input"].items())
+    print(f"  permission? {ask['name']}({shown}) [y/N] ", end="", file=out, flush=True)
+    try:
+        answer = input()
+    except EOFError:
+        answer = ""
+    return "allow" if answer.strip().lower() in ("y", "yes") else "rejected_by_user"
