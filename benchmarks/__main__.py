@@ -29,6 +29,7 @@ ITEMS = {
     "4": "streaming_tools",
     "5": "sdk_overhead",
     "6": "explorer",
+    "7": "corpus",
 }
 
 
@@ -72,6 +73,12 @@ def item_explorer(quick: bool) -> dict[str, Any]:
     return external.explorer(quick)
 
 
+def item_corpus(quick: bool) -> dict[str, Any]:
+    from benchmarks import corpus_throughput
+
+    return corpus_throughput.measure(2_000 if quick else 20_000, reps=1)
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -79,6 +86,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "streaming_tools": item_streaming_tools,
     "sdk_overhead": item_sdk_overhead,
     "explorer": item_explorer,
+    "corpus": item_corpus,
 }
 
 

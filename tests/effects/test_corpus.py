@@ -253,3 +253,27 @@ def test_an_unreachable_scheduler_is_one_line(
         f"steploop: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"
     )
     assert len(err.splitlines()) == 1
+
+
+def test_the_benchmark_corpus_replays_exactly(tmp_path: Path) -> None:
+    """Item 7's synthetic corpus: every trace replays exactly (a figure over traces that fail
+    would measure nothing), and the report renders the item."""
+    from benchmarks.corpus_throughput import build_corpus
+    from benchmarks.report import _corpus, _goal_rows
+
+    info = build_corpus(tmp_path, 45)
+    paths = sorted(tmp_path.glob("trace-*.jsonl"))
+    assert len(paths) == info["traces"] == 45 and info["templates"] > len(SCENARIOS)
+    outcomes = map_corpus(paths, replay_task, jobs=1)
+    assert all(o.status == "ok" for o in outcomes)
+    assert sum(o.steps for o in outcomes) == info["steps"]
+    s = {"median": 1.5, "q1": 1.4, "q3": 1.6}
+    item = {
+        "corpus": info,
+        "reps": 1,
+        "contenders": ["1 worker (this process)", "2 workers"],
+        "commands": {"replay": {"traces_per_s_1": s, "traces_per_s_2": s, "ratio_2_over_1": s}},
+    }
+    assert "| replay | 1.50 (1.40–1.60) |" in "\n".join(_corpus(item))
+    (row,) = _goal_rows({"items": {"7_corpus": item}})
+    assert row.startswith("| 7 | replay over 45 traces: 2 workers / 1 | 1.50")

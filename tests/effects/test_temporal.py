@@ -9,6 +9,7 @@ replay over the trace the workflow wrote."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import shutil
@@ -24,7 +25,12 @@ import pytest
 
 pytest.importorskip("temporalio")
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from effects.cli import SAMPLE_PROJECT, demo_script
@@ -32,6 +38,7 @@ from effects.run import PermissionPolicy
 from effects.scripted import ScriptedModel
 from effects.temporal.activities import ByCallId, Ledger, SteploopActivities
 from effects.temporal.client import data_converter, replayer, start_turn, turn_input, worker
+from effects.temporal.sink import TraceDiverged, TraceSink
 from effects.temporal.workflow import TurnResult, TurnWorkflow
 from effects.tools import ToolRegistry, builtin_tools
 from effects.trace import StepRecord, TraceReader, replay_exact
@@ -384,3 +391,127 @@ def test_ledger_answers_a_key_once_written(tmp_path: Path) -> None:
     ledger.put("wf/1/toolu_001", {"type": "tool_finished", "content": "ok"})
     assert ledger.get("wf/1/toolu_001") == {"type": "tool_finished", "content": "ok"}
     assert Ledger(tmp_path).get("wf/1/toolu_002") is None
+
+
+@pytest.mark.anyio
+async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    """``steploop temporal start`` with no worker running: the turn waits, durably; then
+    ``steploop temporal worker --demo`` comes up and runs it; start prints every item and the
+    terminal, and the trace replays exactly from the command line. Both are processes of
+    their own, as a user runs them."""
+    steploop = str(Path(sys.executable).parent / "steploop")
+    address = env.client.service_client.config.target_host
+    queue = unique("q")
+    common = ["--address", address, "--task-queue", queue, "--store", str(tmp_path / "store")]
+    trace = tmp_path / "demo.jsonl"
+    start = subprocess.Popen(
+        [
+            steploop,
+            "temporal",
+            "start",
+            "Fix the null pointer bug in src/auth/validate.ts",
+            *common,
+            "--yes",
+            "--trace",
+            str(trace),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    await asyncio.sleep(1.0)  # the turn is started and waits for a worker
+    assert start.poll() is None
+    ws = tmp_path / "project"
+    shutil.copytree(SAMPLE_PROJECT, ws)
+    work = subprocess.Popen(
+        [steploop, "temporal", "worker", "--demo", "--workspace", str(ws), *common],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        out, err = await asyncio.to_thread(start.communicate, None, RESULT_TIMEOUT_S)
+    finally:
+        work.kill()
+        work.wait()
+        if start.poll() is None:
+            start.kill()
+            start.wait()
+    assert start.returncode == 0, err
+    assert "assistant → Edit(" in out and "══ terminal: completed  (14 steps, 1 run(s))" in out
+    assert "if (!userId) return" in (ws / "src/auth/validate.ts").read_text()
+    replay = subprocess.run([steploop, "replay", str(trace)], capture_output=True, text=True)
+    assert replay.returncode == 0 and "replayed exactly: 14 steps" in replay.stdout
+
+
+def test_the_temporal_commands_say_what_is_wrong(tmp_path: Path) -> None:
+    steploop = str(Path(sys.executable).parent / "steploop")
+    (tmp_path / "t.jsonl").write_text("")
+    bad = subprocess.run(
+        [steploop, "temporal", "start", "go", "--trace", str(tmp_path / "t.jsonl")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.endswith(
+        "exists: the workflow writes a new trace there\n"
+    )
+    down = subprocess.run(
+        [steploop, "temporal", "start", "go", "--address", "127.0.0.1:1", "--store", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert down.returncode == 2 and down.stderr.startswith(
+        "steploop: error: cannot reach Temporal at 127.0.0.1:1"
+    )
+
+
+@pytest.mark.anyio
+async def test_a_worker_of_another_version_leaves_the_turn_alone(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A turn started by another steploop version: this worker fails its workflow task
+    (Temporal retries it, for a worker of that version to take) and never steps it."""
+    queue = unique("q")
+    acts = activities_for(tmp_path, [reply("Done.")])
+    async with worker(env.client, acts, task_queue=queue):
+        inp = dataclasses.replace(
+            turn_input("go", provenance=FIXED), steploop_version="0.0.0-elsewhere"
+        )
+        handle = await start_turn(env.client, inp, workflow_id=unique("ver"), task_queue=queue)
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        failures: list[str] = []
+        while not failures:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+            history = await handle.fetch_history()
+            failures = [
+                e.workflow_task_failed_event_attributes.failure.message
+                for e in history.events
+                if e.HasField("workflow_task_failed_event_attributes")
+            ]
+        assert "started by steploop 0.0.0-elsewhere" in failures[0]
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        await handle.terminate("test over")
+    assert not (tmp_path / "runs.log").exists()
+
+
+def test_the_sink_writes_each_step_once_and_checks_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    first = TraceSink(path)
+    first.write('{"a":1}\n')
+    first.write('{"b":2}\n')
+    with path.open("a") as f:
+        f.write('{"c":')  # a worker killed mid-line
+    again = TraceSink(path)  # the workflow code runs again from the start
+    assert not again.checked
+    again.write('{"a":1}\n{"b":2}\n')
+    assert again.checked
+    again.write('{"c":3}\n')
+    assert path.read_text() == '{"a":1}\n{"b":2}\n{"c":3}\n'
+    other = TraceSink(path)
+    with pytest.raises(TraceDiverged, match=r"at byte 5: recorded b'\{\"a\":1\}"):
+        other.write('{"a":9}\n')
+    later = TraceSink(path, offset=8)  # a run continued as new, after the first line
+    later.write('{"b":2}\n{"c":3}\n{"d":4}\n')
+    assert path.read_text().endswith('{"d":4}\n')
+    with pytest.raises(TraceDiverged, match="runs before produced 999"):
+        TraceSink(path, offset=999)
