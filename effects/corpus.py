@@ -372,7 +372,12 @@ def _on_dask(names: list[str], task: Task, scheduler: str, report: Progress) -> 
     try:
         workers = max(1, len(client.scheduler_info().get("workers", {})))
         groups = _chunks(len(names), workers)
-        futures = [client.submit(_chunk, task, [names[i] for i in g], pure=False) for g in groups]
+        # the workers do not run in this directory: they get absolute paths, and the outcomes
+        # come back under the names given here
+        absolute = [os.path.abspath(n) for n in names]
+        futures = [
+            client.submit(_chunk, task, [absolute[i] for i in g], pure=False) for g in groups
+        ]
         where = {f.key: g for f, g in zip(futures, groups, strict=True)}
         for fut in distributed.as_completed(futures, loop=client.loop):
             group = where[fut.key]
@@ -384,13 +389,20 @@ def _on_dask(names: list[str], task: Task, scheduler: str, report: Progress) -> 
                     for i in group
                 ]
             for i, o in zip(group, outcomes, strict=True):
-                results[i] = o
+                results[i] = _renamed(o, absolute[i], names[i])
             done += len(group)
             report(done)
     finally:
         client.close()
     assert all(r is not None for r in results)
     return [r for r in results if r is not None]
+
+
+def _renamed(o: TraceOutcome, absolute: str, name: str) -> TraceOutcome:
+    if absolute == name:
+        return o
+    message = name + o.message[len(absolute) :] if o.message.startswith(absolute) else o.message
+    return attrs.evolve(o, path=name, message=message)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -26,11 +26,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if (
-        report.when != "call"
-        or not report.passed
-        or "tests/effects/" not in report.nodeid.replace("\\", "/")
-    ):
+    if report.when != "call" or not report.passed or "tests/effects/" not in report.nodeid.replace("\\", "/"):
         return
     for backend in _RAN:
         if f"[{backend}" in report.nodeid or f"-{backend}]" in report.nodeid:

@@ -196,28 +196,37 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
     print(f"▶ {args.prompt}  (workflow {wid})", file=out, flush=True)
     if args.no_wait:
         return 0
-    result = asyncio.ensure_future(handle.result())
+    from temporalio.client import WorkflowExecutionStatus
+
+    run_id = handle.first_execution_run_id  # followed run by run, so no item is missed
     seen = 0
     asked: set[str] = set()
     while True:
-        done = result.done()
-        for data in await handle.query(TurnWorkflow.items, seen):
+        run = client.get_workflow_handle_for(TurnWorkflow.run, wid, run_id=run_id)
+        status = (await run.describe()).status
+        for data in await run.query(TurnWorkflow.items, seen):  # a closed run answers too
             item: Emitted = structure(data, Emitted)
             print(f"  {describe(item)}", file=out, flush=True)
             seen += 1
-        if done:
+        if status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            last = (await run.fetch_history()).events[-1]
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            continue
+        if status != WorkflowExecutionStatus.RUNNING:
             break
-        for ask in await handle.query(TurnWorkflow.pending_permissions):
+        for ask in await run.query(TurnWorkflow.pending_permissions):
             tid = ask["tool_use_id"]
             if tid in asked:
                 continue
             asked.add(tid)
             decision = await asyncio.to_thread(_ask, ask, out)
-            await handle.execute_update(
+            await run.execute_update(
                 TurnWorkflow.answer_permission,
                 args=[tid, decision, "", int(time.time() * 1000)],
             )
-        await asyncio.wait({result}, timeout=0.2)
+        await asyncio.sleep(0.2)
+    result = asyncio.ensure_future(handle.result())  # follows the runs continued as new
+    await result
     res = result.result()
     print(f"══ terminal: {res.terminal['type']}  ({res.steps} steps, {res.runs} run(s))", file=out)
     if args.trace:

@@ -215,7 +215,8 @@ class TurnWorkflow:
 
     @workflow.query
     def items(self, since: int = 0) -> list[dict[str, Any]]:
-        """Items emitted from index ``since`` on (those of earlier runs are not kept)."""
+        """Items emitted from index ``since`` on; each run keeps its own (ask the run that
+        continued as new for the items before ``progress()["first_item"]``)."""
         return self._items[max(0, since - self._items_base) :]
 
     @workflow.query
@@ -226,6 +227,7 @@ class TurnWorkflow:
             "turn_count": s.turn_count if s is not None else 0,
             "steps": self._next,
             "items": self._items_base + len(self._items),
+            "first_item": self._items_base,
             "done": self._done,
         }
 

@@ -277,3 +277,16 @@ def test_the_benchmark_corpus_replays_exactly(tmp_path: Path) -> None:
     assert "| replay | 1.50 (1.40–1.60) |" in "\n".join(_corpus(item))
     (row,) = _goal_rows({"items": {"7_corpus": item}})
     assert row.startswith("| 7 | replay over 45 traces: 2 workers / 1 | 1.50")
+
+
+def test_dask_reports_traces_by_the_names_given(
+    corpus: Path, scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers run elsewhere: they get absolute paths; the outcomes come back under the
+    relative names given, as one process reports them."""
+    monkeypatch.chdir(corpus)
+    names = ["1-completed.jsonl", "3-broken.jsonl", "3-edited.jsonl"]
+    there = map_corpus(names, replay_task, scheduler=scheduler)
+    assert there == map_corpus(names, replay_task, jobs=1)
+    assert [o.path for o in there] == names
+    assert all(o.message.startswith(n + ":") for o, n in zip(there, names, strict=True))

@@ -49,7 +49,7 @@ from tests.support.temporal_world import activities_for
 ROOT = Path(__file__).resolve().parents[2]
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 FIXED = {"created_at": "2026-01-01T00:00:00Z"}
-RESULT_TIMEOUT_S = 25
+RESULT_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -396,8 +396,9 @@ def test_ledger_answers_a_key_once_written(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_path: Path) -> None:
     """``steploop temporal start`` with no worker running: the turn waits, durably; then
-    ``steploop temporal worker --demo`` comes up and runs it; start prints every item and the
-    terminal, and the trace replays exactly from the command line. Both are processes of
+    ``steploop temporal worker --demo`` comes up and runs it, a run per round
+    (``--rounds-per-run 1``); start follows it run by run, prints every item and the terminal,
+    and the trace replays exactly from the command line. Both are processes of
     their own, as a user runs them."""
     steploop = str(Path(sys.executable).parent / "steploop")
     address = env.client.service_client.config.target_host
@@ -414,6 +415,8 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
             "--yes",
             "--trace",
             str(trace),
+            "--rounds-per-run",
+            "1",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -437,7 +440,8 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
             start.kill()
             start.wait()
     assert start.returncode == 0, err
-    assert "assistant → Edit(" in out and "══ terminal: completed  (14 steps, 1 run(s))" in out
+    assert len([line for line in out.splitlines() if line.startswith("  ")]) == 8
+    assert "assistant → Edit(" in out and "══ terminal: completed  (14 steps, 3 run(s))" in out
     assert "if (!userId) return" in (ws / "src/auth/validate.ts").read_text()
     replay = subprocess.run([steploop, "replay", str(trace)], capture_output=True, text=True)
     assert replay.returncode == 0 and "replayed exactly: 14 steps" in replay.stdout
