@@ -3,7 +3,8 @@
 ``register(subparsers)`` adds the command; ``cmd_check(args, out)`` runs it. The explorer is
 pure and reports progress through a callback; this shell measures the time, draws the
 progress bar (stderr, only with ``--progress`` or when stderr is a terminal) and writes a JSON
-trace for every broken invariant (``steploop-check-INV-n.jsonl`` in ``--out``, replayable with
+trace for every broken invariant (``steploop-check-INV-n.jsonl`` in ``--out``, default
+``steploop-check/``, replayable with
 ``steploop replay``; the move labels and loop sit beside it in ``.json``).
 
 Exit status: 0 when every invariant held and every applicable guard was exercised, 1 when an
@@ -19,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.text import Text
+
+from effects.cli_common import CliError, config_from, console_for
 from reducer.explore import (
     DEEP_WORLD,
     DEFAULT_ROUNDS,
@@ -67,15 +71,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-states", default="none", metavar="N", help="stop after N states")
     p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     p.add_argument(
-        "--out", default=".", metavar="DIR", help="where counterexample files go (default .)"
+        "--out",
+        default="steploop-check",
+        metavar="DIR",
+        help="the folder counterexample files go to, made when one is found (default steploop-check/)",
     )
     p.set_defaults(handler=cmd_check)
     return p
 
 
 def _bound(raw: str, flag: str) -> int | None:
-    from effects.cli import CliError
-
     if raw.strip().lower() in ("none", "all", "unbounded"):
         return None
     try:
@@ -123,21 +128,45 @@ class _Bar:
             self.err.flush()
 
 
-def _write_cex(cex: Counterexample, out_dir: Path) -> Path:
+def _write_cex(cex: Counterexample, out_dir: Path, name: str | None = None) -> tuple[Path, str | None]:
     """Write the counterexample as a trace ``steploop replay`` accepts (and its labels, loop
-    and explanation as a JSON sidecar); return the trace's path."""
-    from effects.cli import CliError
-    from effects.trace import record_sequence
+    and explanation as a JSON sidecar).
 
-    path = out_dir / f"steploop-check-{cex.invariant}.jsonl"
+    When ``step()`` raises on one of the events (specs/ M-5: a crash the explorer found), the
+    trace holds every step before it and the sidecar says which event raises and how; nothing
+    propagates.
+
+    Returns:
+        The trace's path, and the crash (``"event N (label): Type: message"``) or None.
+    """
+    from effects.trace import TraceRecorder
+    from reducer import start, step
+
+    path = out_dir / f"steploop-check-{name or cex.invariant}.jsonl"
+    crash: str | None = None
+    data = cex.to_json()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        record_sequence(path, cex.config, cex.request, cex.trace_events(), cex.session)
+        with TraceRecorder(path, config=cex.config, session=cex.session, request=cex.request) as rec:
+            state, fx = start(cex.request, cex.config, cex.session)
+            rec(None, state, fx)
+            for k, event in enumerate(cex.trace_events()):
+                try:
+                    state, fx = step(state, event, cex.config)
+                except Exception as exc:  # the crash itself: report it, write what came before
+                    crash = f"event {k} ({type(event).__name__}): {type(exc).__name__}: {exc}"
+                    data["raises_at"] = k
+                    data["raises"] = f"{type(exc).__name__}: {exc}"
+                    break
+                rec(event, state, fx)
         sidecar = path.with_suffix(".json")
-        sidecar.write_text(json.dumps(cex.to_json(), indent=1) + "\n", encoding="utf-8")
+        sidecar.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     except OSError as e:
         raise CliError(f"cannot write {path}: {e.strerror or e}") from None
-    return path
+    return path, crash
+
+
+_STATUS_STYLE = {"broken": "bold red", "unexercised": "yellow", "held": "green"}
 
 
 def _status(r: Any) -> str:
@@ -173,13 +202,17 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
     w1 = max(len("status"), *(len(r[1]) for r in rows))
     w2 = max(len("exercised"), *(len(r[2]) for r in rows))
     print(f"{'rule':<{w0}}  {'status':<{w1}}  {'exercised':>{w2}}  invariant", file=out)
+    console = console_for(out)
     for (rid, status, ex, title), r in zip(rows, report.results, strict=True):
-        print(f"{rid:<{w0}}  {status:<{w1}}  {ex:>{w2}}  {title}", file=out)
+        line = Text(f"{rid:<{w0}}  ")
+        line.append(f"{status:<{w1}}", style=_STATUS_STYLE.get(r.status, ""))
+        line.append(f"  {ex:>{w2}}  {title}")
+        console.print(line)
         if r.status == "broken" and r.expected:
             print(f"{'':<{w0}}  expected under this config: {r.expected}", file=out)
         cex = r.counterexample
         if cex is not None:
-            path = _write_cex(cex, out_dir)
+            path, _ = _write_cex(cex, out_dir)
             kind = "lasso" if cex.loop_start is not None else "counterexample"
             print(f"{'':<{w0}}  {kind}: {cex.explanation}", file=out)
             print(
@@ -188,9 +221,17 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
                 file=out,
             )
             print(f"{'':<{w0}}  written to {path}", file=out)
-    for cex in report.errors:
-        path = _write_cex(cex, out_dir)
-        print(f"step() raised: {cex.explanation} ({' → '.join(cex.labels)}); {path}", file=out)
+    for k, cex in enumerate(report.errors, 1):
+        name = cex.invariant if len(report.errors) == 1 else f"{cex.invariant}-{k}"
+        path, crash = _write_cex(cex, out_dir, name)
+        line = Text(f"{cex.invariant:<{w0}}  ")
+        line.append(f"{'BROKEN':<{w1}}", style="bold red")
+        line.append(f"  {'':>{w2}}  step() raises only IllegalEvent")
+        console.print(line)
+        print(f"{'':<{w0}}  counterexample: {cex.explanation}", file=out)
+        print(f"{'':<{w0}}  {len(cex.labels)} moves: {' → '.join(cex.labels)}", file=out)
+        where = f"; {crash}" if crash else ""
+        print(f"{'':<{w0}}  written to {path} (the steps before the crash{where})", file=out)
     rate = report.states / seconds if seconds > 0 else float("inf")
     print("", file=out)
     print(
@@ -207,6 +248,7 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
         file=out,
     )
     verdict = "ok" if report.ok else "FAILED"
+    out.flush()
     why = []
     if report.broken:
         why.append(f"{len(report.broken)} broken")
@@ -214,18 +256,16 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
         why.append(f"{len(report.unexercised)} never exercised")
     if report.errors:
         why.append("step() raised")
-    print(f"{verdict}" + (f": {', '.join(why)}" if why else ""), file=out)
+    console.print(Text(verdict + (f": {', '.join(why)}" if why else ""), style="green" if report.ok else "bold red"))
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     """Run ``steploop check``; returns the exit status (0 ok, 1 failed)."""
-    from effects.cli import _config
-
     rounds = _bound(args.rounds, "--rounds")
     deep_rounds = _bound(args.deep_rounds, "--deep-rounds")
     max_states = _bound(args.max_states, "--max-states")
     deep = {"default": DEEP_WORLD, "retries": RETRY_DEEP_WORLD, "off": None}[args.deep]
-    cfg = _config(args)
+    cfg = config_from(args.profile, args.set)
     err = sys.stderr
     t0 = time.perf_counter()
     bar = _Bar(err, args.progress or err.isatty(), t0)

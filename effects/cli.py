@@ -5,48 +5,50 @@ tools on a scratch copy of a small sample project, the Edit approved, every tran
 it happens. ``steploop run PROMPT`` runs an agent on a workspace.
 
 Every user error prints one line ``steploop: error: ...`` and exits with status 2; no traceback.
+The exit codes are the table in :mod:`effects.cli_common` (README "Exit codes").
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 
-from effects.run import PermissionPolicy, PermissionRequest, Run, RunResult, run
+from effects.cli_common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    config_from,
+    load_json,
+)
+from effects.cli_drive import (
+    Display,
+    PermissionAsker,
+    add_permission_args,
+    add_stop_hook_args,
+    describe,
+    drive,
+    permission_setup,
+    print_result,
+    stop_hooks_from_args,
+)
+from effects.run import PermissionPolicy, PermissionRequest, run
 from effects.tools.base import ToolRegistry
 from effects.tools.builtin import builtin_tools
-from reducer import ConfigError, LoopConfig, SteploopError, profile
-from reducer.messages import (
-    AssistantMessage,
-    AttachmentMessage,
-    SystemMessage,
-    TextBlock,
-    ThinkingBlock,
-    Tombstone,
-    ToolResultBlock,
-    ToolUseBlock,
-    ToolUseSummary,
-    UserMessage,
-)
-from reducer.transitions import CONTINUE_TYPES
+from reducer import ConfigError, LoopConfig, SteploopError
 
-__all__ = ["SAMPLE_PROJECT", "demo_script", "main"]
+__all__ = ["SAMPLE_PROJECT", "CliError", "demo_script", "describe", "main"]
 
 SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"
 DEMO_PROMPT = "Fix the null pointer bug in src/auth/validate.ts"
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2."""
 
 
 def demo_script() -> list[dict[str, Any]]:
@@ -88,197 +90,92 @@ def demo_script() -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Display
-# ----------------------------------------------------------------------------------------------
-
-
-def _short(text: str, n: int = 100) -> str:
-    line = text.replace("\n", "⏎ ")
-    return line if len(line) <= n else line[: n - 1] + "…"
-
-
-def describe(item: object) -> str:
-    """One line for an item the loop emitted."""
-    if isinstance(item, UserMessage):
-        parts = []
-        for b in item.content:
-            if isinstance(b, ToolResultBlock):
-                lines = b.content.count("\n") + 1
-                mark = "error" if b.is_error else f"{lines} line{'s' if lines != 1 else ''}"
-                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {_short(b.content, 60)}")
-            elif isinstance(b, TextBlock):
-                parts.append(_short(b.text))
-        who = "user (meta)" if item.is_meta else "user"
-        return f"{who}: {' | '.join(parts)}" if not any(isinstance(b, ToolResultBlock) for b in item.content) else "  " + " | ".join(parts)
-    if isinstance(item, AssistantMessage):
-        first = item.content[0] if item.content else None
-        if item.api_error is not None:
-            return f"assistant (API error): {_short(item.api_error.message)}"
-        if isinstance(first, TextBlock):
-            return f"assistant: {_short(first.text)}"
-        if isinstance(first, ToolUseBlock):
-            args = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in first.input.items())
-            return f"assistant → {first.name}({args})"
-        if isinstance(first, ThinkingBlock):
-            return f"assistant (thinking): {_short(first.thinking)}"
-        return "assistant: (block)"
-    if isinstance(item, SystemMessage):
-        return f"system [{item.subtype}]: {_short(item.text)}"
-    if isinstance(item, AttachmentMessage):
-        data = ", ".join(f"{k}={v}" for k, v in item.data)
-        return f"attachment [{item.attachment_type}] {data}"
-    if isinstance(item, Tombstone):
-        return f"tombstone: remove {item.message_id}"
-    if isinstance(item, ToolUseSummary):
-        return f"summary: {_short(item.summary)}"
-    return repr(item)
-
-
-class Display:
-    """Prints items and, after each, the transition the machine took (if it changed)."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self._seen: object = None
-        self._round = 1
-
-    def item(self, r: Run, text: str) -> None:
-        print(f"  {text}", file=self.out, flush=True)
-        self.transition(r)
-
-    def transition(self, r: Run) -> None:
-        state = r.state
-        if state is None or state.transition is None or state.transition is self._seen:
-            return
-        self._seen = state.transition
-        t = state.transition
-        if isinstance(t, CONTINUE_TYPES):
-            self._round += 1
-            print(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", file=self.out, flush=True)
-        else:
-            print(f"══ terminal: {t.TAG}{_payload(t)}", file=self.out, flush=True)
-
-
-def _payload(t: object) -> str:
-    fields = {k: getattr(t, k) for k in ("attempt", "committed", "turn_count") if hasattr(t, k)}
-    if hasattr(t, "error") and hasattr(t.error, "message"):
-        fields["error"] = t.error.message
-    return " (" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")" if fields else ""
-
-
-# ----------------------------------------------------------------------------------------------
 # Commands
 # ----------------------------------------------------------------------------------------------
 
 
-def _traits_for(registry: ToolRegistry) -> Callable[[str, dict[str, Any]], Any]:
-    return registry.traits
-
-
-async def _drive(r: Run, display: Display, answer: Callable[[PermissionRequest], bool]) -> RunResult:
-    async with r:
-        async for item in r:
-            if isinstance(item, PermissionRequest):
-                ok = answer(item)
-                display.item(r, f"permission? {item.name}({_short(json.dumps(dict(item.input)), 80)}) → {'approved' if ok else 'rejected'}")
-                item.allow() if ok else item.reject()
-            else:
-                display.item(r, describe(item))
-        display.transition(r)
-    assert r.result is not None
-    return r.result
-
-
-def _print_result(res: RunResult, out: TextIO) -> None:
-    u = res.usage
-    print(
-        f"\nresult: {res.terminal.TAG} after {res.state.turn_count} round(s); "
-        f"usage: {u.input_tokens} input / {u.output_tokens} output tokens",
-        file=out,
-    )
+def _config(args: argparse.Namespace) -> LoopConfig:
+    extra: dict[str, Any] = {}
+    retries = getattr(args, "max_retries", None)
+    if retries is not None:
+        if retries < 0:
+            raise CliError(f"--max-retries must be 0 or more, got {retries}")
+        extra["retry.max_retries"] = retries
+    return config_from(getattr(args, "profile", None), getattr(args, "set", None), extra)
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from effects.scripted import ScriptedModel
 
+    config = _config(args)  # a bad --profile or --set fails before anything is made
     scratch = Path(tempfile.mkdtemp(prefix="steploop-demo-"))
-    workspace = scratch / "sample_project"
-    shutil.copytree(SAMPLE_PROJECT, workspace)
-    registry = ToolRegistry(builtin_tools(workspace))
-    model = ScriptedModel.from_json(demo_script(), traits_for=registry.traits)
-    print(f"steploop demo: the seed chapter's walk-through on a scratch copy at {workspace}", file=out)
-    print(f"▶ {DEMO_PROMPT}", file=out)
-    display = Display(out)
-
-    def approve(req: PermissionRequest) -> bool:
-        if args.interactive:
-            return _ask_terminal(req)
-        return True
-
-    r = run(
-        DEMO_PROMPT,
-        model=model,
-        tools=registry,
-        workspace=workspace,
-        config=_config(args),
-        permissions=PermissionPolicy(allow=frozenset({"Read", "Glob", "Grep"})),
-        transcript_path=scratch / "transcript.jsonl",
-    )
-    res = anyio.run(_drive, r, display, approve)
-    _print_result(res, out)
-    fixed = (workspace / "src/auth/validate.ts").read_text(encoding="utf-8")
-    print(f"the guard clause is in place: {'if (!userId)' in fixed}; transcript: {scratch / 'transcript.jsonl'}", file=out)
-    return 0 if res.terminal.TAG == "completed" else 1
-
-
-def _ask_terminal(req: PermissionRequest) -> bool:
     try:
-        answer = input(f"Allow {req.name}({json.dumps(dict(req.input))})? [y/N] ")
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
+        workspace = scratch / "sample_project"
+        shutil.copytree(SAMPLE_PROJECT, workspace)
+        registry = ToolRegistry(builtin_tools(workspace))
+        model = ScriptedModel.from_json(demo_script(), traits_for=registry.traits)
+        display = Display(out)
+        display.line(
+            f"steploop demo: the seed chapter's walk-through (the three-call example the "
+            f"project started from) on a scratch copy at {workspace}"
+        )
+        display.line(f"▶ {DEMO_PROMPT}", "bold")
+        asker = PermissionAsker() if args.interactive else None
+
+        def approve(req: PermissionRequest) -> bool | None:
+            return asker(req) if asker is not None else True
+
+        r = run(
+            DEMO_PROMPT,
+            model=model,
+            tools=registry,
+            workspace=workspace,
+            config=config,
+            permissions=PermissionPolicy(allow=frozenset({"Read", "Glob", "Grep"})),
+            session_id=str(uuid.uuid4()),
+            transcript_path=scratch / "transcript.jsonl",
+        )
+        res = anyio.run(drive, r, display, approve)
+        code = print_result(res, out)
+        fixed = (workspace / "src/auth/validate.ts").read_text(encoding="utf-8")
+        kept = f"kept at {scratch}" if args.keep else "removed (--keep keeps it)"
+        display.line(f"the guard clause is in place: {'if (!userId)' in fixed}; scratch copy {kept}")
+        return code
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _config(args: argparse.Namespace) -> LoopConfig:
-    cfg = profile(getattr(args, "profile", "default") or "default")
-    overrides: dict[str, Any] = {}
-    for kv in getattr(args, "set", None) or []:
-        if "=" not in kv:
-            raise CliError(f"--set takes KEY=VALUE, got {kv!r}")
-        key, raw = kv.split("=", 1)
-        overrides[key.strip()] = _parse_value(raw.strip())
-    return cfg.with_overrides(overrides) if overrides else cfg
+def _load_script(path: str, registry: ToolRegistry) -> Any:
+    from effects.scripted import ScriptedModel, ScriptError
 
-
-def _parse_value(raw: str) -> Any:
-    low = raw.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
+    data = load_json(path, "script")
     try:
-        return int(raw.replace("_", ""))
-    except ValueError:
-        return raw
+        return ScriptedModel.from_json(data, traits_for=registry.traits)
+    except ScriptError as e:
+        raise CliError(f"script {path}: {e}") from None
+
+
+def _workspace(raw: str) -> Path:
+    workspace = Path(raw).resolve()
+    if not workspace.is_dir():
+        raise CliError(f"workspace {workspace} is not a directory")
+    return workspace
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    workspace = Path(args.workspace).resolve()
-    if not workspace.is_dir():
-        raise CliError(f"workspace {workspace} is not a directory")
-    registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
-    model: Any
-    if args.scripted:
-        from effects.scripted import ScriptedModel
+    from effects.trace import TraceRecorder, make_provenance
 
-        path = Path(args.scripted)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise CliError(f"{path}: no such file") from None
-        except json.JSONDecodeError as e:
-            raise CliError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
-        model = ScriptedModel.from_json(data, traits_for=registry.traits)
+    workspace = _workspace(args.workspace)
+    config = _config(args)
+    policy, mode = permission_setup(args)
+    registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
+    display = Display(out)
+    hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
+    model: Any
+    client: Any = None
+    if args.scripted:
+        model = _load_script(args.scripted, registry)
     elif os.environ.get("ANTHROPIC_API_KEY"):
         from effects.model import AnthropicModelClient, make_client
 
@@ -291,19 +188,55 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         )
     else:
         raise CliError("ANTHROPIC_API_KEY is not set: set it, or pass --scripted FILE to use a scripted model")
-    display = Display(out)
-    print(f"▶ {args.prompt}", file=out)
-    r = run(
-        args.prompt,
-        model=model,
-        tools=registry,
-        workspace=workspace,
-        config=_config(args),
-        permissions=PermissionPolicy(allow=frozenset({"Read", "Glob", "Grep"}), default="allow" if args.yes else "ask"),
-    )
-    res = anyio.run(_drive, r, display, _ask_terminal)
-    _print_result(res, out)
-    return 0
+    for note in notes:
+        display.line(note, "yellow")
+    scratch: Path | None = None
+    transcript = Path(args.transcript) if args.transcript else None
+    if transcript is None:
+        scratch = Path(tempfile.mkdtemp(prefix="steploop-run-"))
+        transcript = scratch / "transcript.jsonl"
+    recorder: Any = None
+    try:
+        if args.trace:
+            try:
+                recorder = TraceRecorder(
+                    args.trace, provenance=make_provenance(model=model, workspace=workspace)
+                )
+            except OSError as e:
+                raise CliError(f"trace {args.trace}: cannot write: {e.strerror or e}") from None
+        display.line(f"▶ {args.prompt}", "bold")
+        r = run(
+            args.prompt,
+            model=model,
+            tools=registry,
+            workspace=workspace,
+            config=config,
+            permissions=policy,
+            stop_hooks=hooks,
+            session_id=str(uuid.uuid4()),
+            transcript_path=transcript,
+            observer=recorder,
+        )
+        if recorder is not None:
+            recorder.attach(r)
+
+        async def go() -> Any:
+            try:
+                return await drive(r, display, PermissionAsker())
+            finally:
+                if client is not None:
+                    await client.close()
+
+        res = anyio.run(go)
+    finally:
+        if recorder is not None:
+            recorder.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    code = print_result(res, out)
+    if args.trace:
+        display.line(f"trace: {args.trace} (steploop show / replay / resume it)")
+    return code
 
 
 def cmd_graph(args: argparse.Namespace, out: TextIO) -> int:
@@ -326,15 +259,30 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="steploop", description="The agent loop as a pure state machine.")
     sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"steploop {_version()}")
     d = sub.add_parser("demo", help="run the seed chapter's walk-through live (no API key needed)")
     d.add_argument("--interactive", action="store_true", help="ask before the Edit instead of approving it")
+    d.add_argument("--keep", action="store_true", help="keep the scratch copy (default: removed)")
     _config_args(d)
-    r = sub.add_parser("run", help="run an agent on a workspace with the built-in tools")
+    r = sub.add_parser(
+        "run",
+        help="run an agent on a workspace with the built-in tools",
+        description="Run one user turn. Exit status: 0 completed, 2 usage error or bad input "
+        "file, 3 API error, 4 context limit, 5 aborted, 6 stopped by a hook, 7 max turns, "
+        "130 Ctrl-C (README, Exit codes).",
+    )
     r.add_argument("prompt")
     r.add_argument("--workspace", default=".", help="directory the tools are confined to (default: .)")
-    r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
+    r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script (see examples/replies.json)")
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
-    r.add_argument("--yes", action="store_true", help="allow every tool call without asking")
+    r.add_argument("--trace", metavar="FILE", help="record the run as a trace (replay, show, resume it)")
+    r.add_argument(
+        "--transcript",
+        metavar="FILE",
+        help="keep the Claude Code transcript here (default: a scratch file, removed at the end)",
+    )
+    add_permission_args(r)
+    add_stop_hook_args(r)
     _config_args(r)
     g = sub.add_parser("graph", help="print the machine as a Mermaid state diagram (from the explorer)")
     g.add_argument("--fenced", action="store_true", help="wrap it in a ```mermaid fence for Markdown")
@@ -356,22 +304,57 @@ def build_parser() -> argparse.ArgumentParser:
 def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="default", help="default, claude_code_2_1_88 or full")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        default=None,
+        help="API retries before giving up (default 10, about 150 s of backoff; sets retry.max_retries)",
+    )
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("steploop")
+    except Exception:
+        return "0+unknown"
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``steploop`` console script."""
     out = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help/--version (0) or a usage error (2)
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     handler = getattr(args, "handler", None) or COMMANDS[args.command]
     try:
         return int(handler(args, out))
     except (CliError, ConfigError, SteploopError) as e:
-        print(f"steploop: error: {e}", file=sys.stderr)
-        return 2
+        print(f"steploop: error: {_one_line(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `steploop show ... | head`: the reader left; end quietly
+        if out is sys.stdout:
+            _quiet_stdout()  # the interpreter's last flush of stdout would fail again
+        return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split("\n")) if "\n" in text else text
+
+
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

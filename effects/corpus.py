@@ -508,32 +508,6 @@ def print_tables(summary: CorpusSummary, out: TextIO) -> None:
 # The commands
 
 
-class _Bar:
-    """``[#####     ] 12/40 files`` on stderr when it is a terminal (or when asked)."""
-
-    def __init__(self, total: int, stream: TextIO, enabled: bool, width: int = 30) -> None:
-        self.total, self.stream, self.width = total, stream, width
-        self.enabled = enabled and total > 0
-        self.last = -1.0
-
-    def show(self, done: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if done < self.total and now - self.last < 0.1:
-            return  # at most ten redraws a second, and always the last one
-        self.last = now
-        filled = self.width * done // self.total
-        bar = "#" * filled + " " * (self.width - filled)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} files")
-        self.stream.flush()
-
-    def clear(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def _where(args: argparse.Namespace, n: int) -> str:
     scheduler = getattr(args, "scheduler", None)
     if scheduler:
@@ -547,20 +521,30 @@ def _label(args: Sequence[str]) -> str:
 
 
 def _run(
-    args: argparse.Namespace, inputs: Sequence[str], task: Task
+    args: argparse.Namespace, inputs: Sequence[str], task: Task, label: str
 ) -> tuple[list[TraceOutcome], float]:
+    from effects.cli_common import ProgressBar
+
     files = collect(inputs)
     err = sys.stderr
-    bar = _Bar(len(files), err, bool(getattr(args, "progress", False)) or err.isatty())
+    shown = bool(getattr(args, "progress", False)) or err.isatty()
     t0 = time.perf_counter()
-    outcomes = map_corpus(
-        files,
-        task,
-        jobs=getattr(args, "jobs", None),
-        scheduler=getattr(args, "scheduler", None),
-        on_progress=bar.show,
-    )
-    bar.clear()
+    with ProgressBar(len(files), label, "files", err, shown) as bar:
+        last = 0
+
+        def advance(done: int) -> None:
+            nonlocal last
+            if done > last:
+                bar.advance(done - last)
+                last = done
+
+        outcomes = map_corpus(
+            files,
+            task,
+            jobs=getattr(args, "jobs", None),
+            scheduler=getattr(args, "scheduler", None),
+            on_progress=advance,
+        )
     return outcomes, time.perf_counter() - t0
 
 
@@ -570,7 +554,7 @@ def stats_command(args: argparse.Namespace, out: TextIO) -> int:
     A trace that cannot be read is skipped with a warning naming it (exit status 0, as
     before); one whose worker failed is reported as an error (exit status 2)."""
     inputs: list[str] = list(args.dir) if isinstance(args.dir, list) else [args.dir]
-    outcomes, _ = _run(args, inputs, stats_task)
+    outcomes, _ = _run(args, inputs, stats_task, "reading")
     err = sys.stderr
     for o in outcomes:
         if o.status == "unreadable":
@@ -599,7 +583,7 @@ def replay_command(args: argparse.Namespace, out: TextIO) -> int:
         verify=args.verify or "every",
         checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
     )
-    outcomes, elapsed = _run(args, inputs, task)
+    outcomes, elapsed = _run(args, inputs, task, "replaying")
     for o in outcomes:
         if o.status == "mismatch":
             print(o.message, file=out)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import shlex
-import signal
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeAlias
@@ -29,6 +29,7 @@ import anyio.abc
 import anyio.to_thread
 import attrs
 
+from effects.procs import open_process_tree
 from reducer.effects import RunStopHooks
 from reducer.events import StopHooksFinished
 
@@ -37,7 +38,10 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_CAPTURE_BYTES",
     "PASS",
+    "PERMISSION_MODES",
     "CommandStopHook",
+    "HookRun",
+    "PermissionMode",
     "PythonStopHook",
     "StopEventName",
     "StopHook",
@@ -48,14 +52,33 @@ __all__ = [
 ]
 
 StopEventName: TypeAlias = Literal["Stop", "SubagentStop"]
+PermissionMode: TypeAlias = Literal["default", "plan", "acceptEdits", "dontAsk", "bypassPermissions"]
+#: The permission modes Claude Code tells its hooks about (``permission_mode`` on stdin).
+PERMISSION_MODES: tuple[PermissionMode, ...] = (
+    "default",
+    "plan",
+    "acceptEdits",
+    "dontAsk",
+    "bypassPermissions",
+)
 
-#: Claude Code's default per-hook timeout.
-DEFAULT_TIMEOUT_S = 60.0
+#: Claude Code's default timeout for a command hook (seconds).
+DEFAULT_TIMEOUT_S = 600.0
 #: Output beyond this many bytes per stream is read and dropped (a runaway hook cannot
 #: exhaust memory).
 MAX_CAPTURE_BYTES = 1 << 20
 #: Reason used when a hook blocks through JSON without giving one.
 BLOCKED_WITHOUT_REASON = "Blocked by stop hook"
+#: What Claude Code feeds back for an exit code 2 without stderr output.
+NO_STDERR = "No stderr output"
+# An exit code 2 whose stderr's first line is the shell or an interpreter failing to find the
+# hook's own script is a broken hook, not a block (Claude Code treats it the same way).
+_MISSING_SCRIPT = re.compile(
+    r"^(?:/bin/)?(?:ba|da)?sh: .*(?:can't cd to|can't open|No such file or directory)"
+    r"|^\S*python[0-9.]*: can't open file",
+    re.I,
+)
+_PLUGIN_ROOT_REF = re.compile(r"\$\{?CLAUDE_PLUGIN_ROOT\b")
 
 
 @attrs.frozen(kw_only=True)
@@ -67,16 +90,28 @@ class StopHookInput:
     hook_event_name: StopEventName = "Stop"
     stop_hook_active: bool = False
     cwd: str = ""
+    permission_mode: PermissionMode = "default"
+    #: SubagentStop only: the sub-agent's id, type and own transcript (written when set).
+    agent_id: str | None = None
+    agent_type: str | None = None
+    agent_transcript_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The payload as Claude Code spells it on a hook's stdin."""
-        return {
+        """The payload as Claude Code spells it on a hook's stdin (its field order)."""
+        out: dict[str, Any] = {
             "session_id": self.session_id,
             "transcript_path": self.transcript_path,
             "cwd": self.cwd,
+            "permission_mode": self.permission_mode,
             "hook_event_name": self.hook_event_name,
             "stop_hook_active": self.stop_hook_active,
         }
+        if self.hook_event_name == "SubagentStop":
+            for key in ("agent_id", "agent_type", "agent_transcript_path"):
+                value = getattr(self, key)
+                if value is not None:
+                    out[key] = value
+        return out
 
 
 @attrs.frozen(kw_only=True)
@@ -186,8 +221,14 @@ class CommandStopHook:
 
     ``command`` is a shell command line (run by ``/bin/sh -c``) or an argv list. It runs in
     ``cwd`` (default: the session's cwd from the payload) with the inherited environment plus
-    ``env`` and ``CLAUDE_PROJECT_DIR`` (as Claude Code sets it), in a new session so that a
-    timeout or a cancellation can kill the whole process group.
+    ``CLAUDE_PROJECT_DIR`` (the session's cwd, as Claude Code sets it) and ``env`` (a plugin
+    hook's ``CLAUDE_PLUGIN_ROOT``), in a new session so that a timeout or a cancellation can
+    kill the whole process group. A command that uses ``${CLAUDE_PLUGIN_ROOT}`` while it is not
+    set is not started: it is reported as a hook error (it would fail on a missing file).
+
+    Exit code 2 blocks with ``[<command>]: <stderr>`` as the feedback (``No stderr output`` when
+    there is none), as Claude Code words it; but an exit code 2 whose stderr says that the
+    shell or the interpreter could not find the hook's script is a hook error, not a block.
 
     The hook is done when it has exited and closed its stdout and stderr; a background child
     that keeps them open counts as the hook still running (and is killed at the timeout).
@@ -209,19 +250,23 @@ class CommandStopHook:
             env["CLAUDE_PROJECT_DIR"] = payload.cwd
         if self.env:
             env.update(self.env)
+        if _PLUGIN_ROOT_REF.search(self.name) and not env.get("CLAUDE_PLUGIN_ROOT"):
+            return StopHookResult(
+                error=f"Stop hook {self.name} uses ${{CLAUDE_PLUGIN_ROOT}}, which is not set "
+                "(a plugin's hook: give the plugin's directory, e.g. steploop run --plugin DIR)"
+            )
         data = json.dumps(payload.to_json()).encode("utf-8")
         try:
             # Shielded so that a cancellation cannot strike between the fork and the moment
             # we hold the process (the finally below is what cleans up).
             with anyio.CancelScope(shield=True):
-                process = await anyio.open_process(
+                process = await open_process_tree(
                     self.command,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd=cwd,
                     env=env,
-                    start_new_session=True,
                 )
         except OSError as exc:
             return StopHookResult(error=f"Stop hook {self.name} could not start: {exc}")
@@ -233,13 +278,9 @@ class CommandStopHook:
             with anyio.move_on_after(self.timeout_s):
                 returncode = await _communicate(process, data, stdout, stderr)
         finally:
-            if returncode is None:
-                # Timed out, cancelled or failed: take the whole group down, then reap.
-                _kill_group(process)
-                with anyio.CancelScope(shield=True):
-                    await process.aclose()
-            else:
-                await process.aclose()
+            # Done, timed out, cancelled or failed: the hook and everything it started are
+            # killed and reaped (effects.procs), so no background child outlives the hook.
+            await process.aclose()
 
         if returncode is None:
             return StopHookResult(
@@ -279,21 +320,6 @@ async def _drain(stream: anyio.abc.ByteReceiveStream, sink: bytearray) -> None:
         pass
 
 
-def _kill_group(process: anyio.abc.Process) -> None:
-    # start_new_session=True made the hook the leader of its own process group, whose id is
-    # its pid. The group id stays reserved while any member lives, so this cannot hit a
-    # stranger even if the leader has already exited.
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    if process.returncode is None:
-        try:
-            process.kill()
-        except OSError:
-            pass
-
-
 def _decode(raw: bytearray) -> str:
     return bytes(raw).decode("utf-8", errors="replace")
 
@@ -301,8 +327,12 @@ def _decode(raw: bytearray) -> str:
 def _interpret(name: str, returncode: int, stdout: str, stderr: str) -> StopHookResult:
     """Map a finished hook's exit code and output to a result (Claude Code's rules)."""
     if returncode == 2:
-        reason = stderr.strip() or "Stop hook exited with code 2 and no stderr output"
-        return StopHookResult(blocking_error=reason)
+        first = stderr.strip().splitlines()[0] if stderr.strip() else ""
+        if not stdout.strip() and _MISSING_SCRIPT.search(first):
+            return StopHookResult(
+                error=f"Stop hook {name} could not run its script (exit code 2): {first}"
+            )
+        return StopHookResult(blocking_error=f"[{name}]: {stderr.strip() or NO_STDERR}")
     if returncode != 0:
         detail = stderr.strip() or "no stderr output"
         return StopHookResult(
@@ -355,17 +385,53 @@ def fold_results(hooks_id: int, results: Sequence[StopHookResult]) -> StopHooksF
     )
 
 
+@attrs.frozen(kw_only=True)
+class HookRun:
+    """One hook's part in one run of the stop hooks (for the transcript and the user)."""
+
+    name: str
+    result: StopHookResult
+    duration_ms: int = 0
+
+
 class StopHooks:
     """The configured stop hooks; :meth:`run` answers a :class:`RunStopHooks` effect.
 
-    ``clock_ms``, when given, stamps ``at_ms`` on the event.
+    Args:
+        hooks: the hooks, run concurrently, folded in this order.
+        clock_ms: stamps ``at_ms`` on the event when given.
+        permission_mode: what hooks are told as ``permission_mode`` (Claude Code's modes).
+        agent_type, agent_id: told to ``SubagentStop`` hooks (a sub-agent's run).
+        on_report: called with ``(hooks_id, runs)`` after each run, before the event is
+            returned (the CLI shows each hook's ``systemMessage`` with it).
+
+    :meth:`report` returns the last runs by ``hooks_id`` (the transcript writer's
+    ``stop_hook_summary`` record reads the commands and durations from it).
     """
 
+    _KEEP = 16  # reports kept (one run of the hooks per stop; a turn has few)
+
     def __init__(
-        self, hooks: Sequence[StopHook] = (), *, clock_ms: Callable[[], int] | None = None
+        self,
+        hooks: Sequence[StopHook] = (),
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        permission_mode: PermissionMode = "default",
+        agent_type: str | None = None,
+        agent_id: str | None = None,
+        on_report: Callable[[int, tuple[HookRun, ...]], None] | None = None,
     ) -> None:
+        if permission_mode not in PERMISSION_MODES:
+            raise ValueError(
+                f"permission_mode must be one of {', '.join(PERMISSION_MODES)}, got {permission_mode!r}"
+            )
         self._hooks: tuple[StopHook, ...] = tuple(hooks)
         self._clock_ms = clock_ms
+        self.permission_mode: PermissionMode = permission_mode
+        self._agent_type = agent_type
+        self._agent_id = agent_id
+        self._on_report = on_report
+        self._reports: dict[int, tuple[HookRun, ...]] = {}
 
     @property
     def hooks(self) -> tuple[StopHook, ...]:
@@ -374,15 +440,23 @@ class StopHooks:
     def __len__(self) -> int:
         return len(self._hooks)
 
+    def report(self, hooks_id: int) -> tuple[HookRun, ...] | None:
+        """The hooks' part in run ``hooks_id`` (None when unknown or long gone)."""
+        return self._reports.get(hooks_id)
+
     async def run_all(self, payload: StopHookInput) -> tuple[StopHookResult, ...]:
         """Run every hook concurrently; results come back in hook order.
 
         A hook that raises an ``Exception`` yields a result with ``error`` set; cancellation
         propagates (and :class:`CommandStopHook` kills its process on the way out).
         """
-        results: list[StopHookResult] = [PASS] * len(self._hooks)
+        return tuple(r.result for r in await self._run_timed(payload))
+
+    async def _run_timed(self, payload: StopHookInput) -> tuple[HookRun, ...]:
+        runs: list[HookRun] = [HookRun(name=_hook_label(h), result=PASS) for h in self._hooks]
 
         async def one(index: int, hook: StopHook) -> None:
+            t0 = anyio.current_time()
             try:
                 result = await hook(payload)
             except Exception as exc:
@@ -393,13 +467,14 @@ class StopHooks:
                 result = StopHookResult(
                     error=f"Stop hook {_hook_label(hook)} returned {type(result).__name__}"
                 )
-            results[index] = result
+            ms = int((anyio.current_time() - t0) * 1000)
+            runs[index] = HookRun(name=_hook_label(hook), result=result, duration_ms=ms)
 
         if self._hooks:
             async with anyio.create_task_group() as tg:
                 for index, hook in enumerate(self._hooks):
                     tg.start_soon(one, index, hook)
-        return tuple(results)
+        return tuple(runs)
 
     async def run(
         self,
@@ -411,15 +486,24 @@ class StopHooks:
         event_name: StopEventName = "Stop",
     ) -> StopHooksFinished:
         """Run the hooks for ``effect`` and fold their results into one event."""
+        sub = event_name == "SubagentStop"
         payload = StopHookInput(
             session_id=session_id,
             transcript_path=transcript_path,
             hook_event_name=event_name,
             stop_hook_active=effect.stop_hook_active,
             cwd=cwd,
+            permission_mode=self.permission_mode,
+            agent_id=self._agent_id if sub else None,
+            agent_type=self._agent_type if sub else None,
         )
-        results = await self.run_all(payload)
-        finished = fold_results(effect.hooks_id, results)
+        runs = await self._run_timed(payload)
+        self._reports[effect.hooks_id] = runs
+        while len(self._reports) > self._KEEP:
+            del self._reports[next(iter(self._reports))]
+        if self._on_report is not None:
+            self._on_report(effect.hooks_id, runs)
+        finished = fold_results(effect.hooks_id, tuple(r.result for r in runs))
         if self._clock_ms is not None:
             finished = attrs.evolve(finished, at_ms=self._clock_ms())
         return finished

@@ -51,7 +51,6 @@ from typing import Any, Literal, TypeAlias
 import anthropic
 import anyio
 import httpx2
-from anthropic import types as sdk
 
 from reducer.conversation import SYNTHETIC_MODEL, Conversation
 from reducer.effects import CallModel
@@ -68,6 +67,7 @@ from reducer.messages import (
     Block,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -148,7 +148,13 @@ def _block_param(b: Block, keep_thinking: bool) -> dict[str, Any] | None:
     """One content block as the API takes it, or None when it is not sent."""
     if isinstance(b, TextBlock):
         # The API rejects empty text blocks.
-        return {"type": "text", "text": b.text} if b.text else None
+        if not b.text:
+            return None
+        if b.citations is None:
+            return {"type": "text", "text": b.text}
+        return {"type": "text", "text": b.text, "citations": json.loads(b.citations)}
+    if isinstance(b, OpaqueBlock):
+        return json.loads(b.raw)  # type: ignore[no-any-return]  # as the API sent it
     if isinstance(b, ToolResultBlock):
         out: dict[str, Any] = {
             "type": "tool_result",
@@ -285,6 +291,9 @@ def _appended(conversation: Conversation, base: Conversation) -> list[Message] |
     return new
 
 
+_CACHEABLE = frozenset({"text", "tool_use", "tool_result", "image", "document"})
+
+
 def _with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Put the moving cache breakpoint on the last cacheable block of the latest message.
 
@@ -296,8 +305,9 @@ def _with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         content = latest["content"]
         for i in range(len(content) - 1, -1, -1):
             block = content[i]
-            # The API refuses cache_control on thinking blocks.
-            if block["type"] not in ("thinking", "redacted_thinking"):
+            # The API refuses cache_control on thinking blocks; an opaque block is sent as
+            # it came, so it is never marked either.
+            if block.get("type") in _CACHEABLE:
                 marked = list(content)
                 marked[i] = {**block, "cache_control": dict(EPHEMERAL)}
                 messages[-1] = {"role": latest["role"], "content": marked}
@@ -502,9 +512,25 @@ def parse_tool_input(text: str) -> dict[str, Any] | None:
 
 
 class _Partial:
-    """A content block still streaming."""
+    """A content block still streaming.
 
-    __slots__ = ("data", "id", "input", "kind", "name", "parts", "signature")
+    ``kind`` is "text", "thinking", "redacted_thinking", "tool_use" or "opaque" (any other
+    type, kept whole: ``block`` is its start payload, into which the deltas are folded).
+    ``citations`` collects a text block's citations (None: the block had none).
+    """
+
+    __slots__ = (
+        "block",
+        "citations",
+        "data",
+        "delta",
+        "id",
+        "input",
+        "kind",
+        "name",
+        "parts",
+        "signature",
+    )
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -514,11 +540,22 @@ class _Partial:
         self.name = ""
         self.data = ""
         self.input: dict[str, Any] = {}
+        self.block: dict[str, Any] | None = None
+        self.citations: list[Any] | None = None
+        self.delta = ""  # the payload field of its text-extending deltas (for an opaque block)
 
 
 def _str(d: Mapping[str, Any], key: str) -> str:
     value = d.get(key)
     return value if isinstance(value, str) else ""
+
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
 
 
 _DELTA_TEXT: dict[Any, str] = {
@@ -527,6 +564,65 @@ _DELTA_TEXT: dict[Any, str] = {
     "thinking_delta": "thinking",
 }
 """The deltas that extend a block's text, and the field that carries it."""
+
+_OPAQUE_FIELD: dict[str, str] = {"text": "text", "partial_json": "input", "thinking": "thinking"}
+"""For an opaque block: the field of the block that a delta (by its payload field) extends."""
+
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""Compact JSON text, as the API writes it (and as JavaScript's JSON.stringify would)."""
+
+
+def _opaque(value: Any) -> OpaqueBlock:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return OpaqueBlock(block_type=kind if isinstance(kind, str) else "", raw=_compact(value))
+
+
+def block_from_api(
+    value: Any,
+    call_id: int,
+    traits_for: TraitsFor,
+    at_ms: int,
+    *,
+    cut: bool = False,
+    model: str | None = None,
+) -> ModelBlockReceived:
+    """The event for one complete content block in the API's JSON form.
+
+    Text (with its citations), thinking, redacted thinking and tool_use blocks are modelled;
+    any other block, and a modelled type whose fields are not what the API documents (a text
+    without a string ``text``, ...), becomes an :class:`~reducer.messages.OpaqueBlock` holding
+    the JSON exactly. ``cut``: the block ends a response cut off by max_tokens, so a tool_use
+    input cannot be trusted (``input_complete=False``). ``model``: the serving model, if known.
+    """
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text" and isinstance(value.get("text"), str):
+        citations = _compact(value["citations"]) if "citations" in value else None
+        block: Block = TextBlock(text=value["text"], citations=citations)
+        return ModelBlockReceived(call_id=call_id, block=block, model=model, at_ms=at_ms)
+    if kind == "thinking":
+        thinking, signature = value.get("thinking"), value.get("signature", "")
+        if isinstance(thinking, str) and isinstance(signature, str):
+            block = ThinkingBlock(thinking=thinking, signature=signature)
+            return ModelBlockReceived(call_id=call_id, block=block, model=model, at_ms=at_ms)
+    elif kind == "redacted_thinking":
+        data = value.get("data")
+        if isinstance(data, str):
+            block = RedactedThinkingBlock(data=data)
+            return ModelBlockReceived(call_id=call_id, block=block, model=model, at_ms=at_ms)
+    elif kind == "tool_use":
+        tid, name, tool_input = value.get("id"), value.get("name"), value.get("input")
+        if isinstance(tid, str) and isinstance(name, str):
+            ok = isinstance(tool_input, dict) and not cut
+            parsed: dict[str, Any] = dict(tool_input) if ok else {}
+            return ModelBlockReceived(
+                call_id=call_id,
+                block=ToolUseBlock(id=tid, name=name, input=parsed),
+                tool=traits_for(name, parsed),
+                input_complete=ok,
+                model=model,
+                at_ms=at_ms,
+            )
+    return ModelBlockReceived(call_id=call_id, block=_opaque(value), model=model, at_ms=at_ms)
 
 
 class _Assembler:
@@ -547,14 +643,13 @@ class _Assembler:
         self.at_ms = at_ms
         self.started = False
         self.stopped = False
+        self.served: str | None = None  # the model message_start named
         self.stop_reason: str | None = None
-        self.usage = {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        }
+        self.stop_details: str | None = None
+        self.usage = dict.fromkeys(_USAGE_KEYS, 0)
         self.open: dict[int, _Partial] = {}
+        self.ready: list[ModelBlockReceived] = []
+        """Blocks that arrived complete in ``message_start`` (taken by the caller)."""
 
     def _take_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
@@ -564,8 +659,20 @@ class _Assembler:
             if isinstance(value, int) and not isinstance(value, bool):
                 self.usage[key] = value
 
+    def _take_stop(self, d: dict[str, Any]) -> None:
+        if "stop_reason" in d:
+            reason = d["stop_reason"]
+            self.stop_reason = reason if isinstance(reason, str) else None
+        details = d.get("stop_details")
+        if details is not None:
+            self.stop_details = _compact(details)
+
     def feed(self, name: str, payload: dict[str, Any]) -> ModelBlockReceived | None:
-        """Take one event (``error`` excepted); return the block event it completes, if any."""
+        """Take one event (``error`` excepted); return the block event it completes, if any.
+
+        A ``message_start`` that already holds content blocks puts their events in
+        :attr:`ready` instead (there can be several).
+        """
         self.started = True
         if name == "content_block_delta":
             partial = self.open.get(payload.get("index", -1))
@@ -579,11 +686,16 @@ class _Assembler:
                 if not isinstance(text, str):
                     text = ""
                 partial.parts.append(text)
+                partial.delta = field
                 if kind == "text_delta" and self.on_text_delta is not None:
                     self.on_text_delta(payload["index"], text)
             elif kind == "signature_delta":
                 partial.signature.append(_str(delta, "signature"))
-            return None  # citations_delta and unknown deltas carry nothing steploop keeps
+            elif kind == "citations_delta":
+                if partial.citations is None:
+                    partial.citations = []
+                partial.citations.append(delta.get("citation"))
+            return None  # unknown deltas carry nothing steploop can fold in
         if name == "content_block_start":
             self._start(payload)
             return None
@@ -593,13 +705,21 @@ class _Assembler:
         if name == "message_start":
             message = payload.get("message")
             if isinstance(message, dict):
-                self.model = _str(message, "model") or self.model
+                self.served = _str(message, "model") or None
+                self.model = self.served or self.model
                 self._take_usage(message.get("usage"))
+                self._take_stop(message)
+                content = message.get("content")
+                if isinstance(content, list) and content:
+                    at = self.at_ms()
+                    self.ready.extend(
+                        block_from_api(b, self.call_id, self.traits_for, at, model=self.served)
+                        for b in content
+                    )
         elif name == "message_delta":
             delta = payload.get("delta")
             if isinstance(delta, dict):
-                reason = delta.get("stop_reason")
-                self.stop_reason = reason if isinstance(reason, str) else None
+                self._take_stop(delta)
             self._take_usage(payload.get("usage"))
         elif name == "message_stop":
             self.stopped = True
@@ -611,34 +731,49 @@ class _Assembler:
         if not isinstance(block, dict) or not isinstance(index, int):
             return
         kind = block.get("type")
-        partial = _Partial(str(kind))
-        if kind == "text":
+        if kind == "text" and isinstance(block.get("text", ""), str):
+            partial = _Partial("text")
             partial.parts.append(_str(block, "text"))
+            if "citations" in block:
+                cited = block["citations"]
+                partial.citations = list(cited) if isinstance(cited, list) else []
         elif kind == "thinking":
+            partial = _Partial("thinking")
             partial.parts.append(_str(block, "thinking"))
             partial.signature.append(_str(block, "signature"))
         elif kind == "redacted_thinking":
+            partial = _Partial("redacted_thinking")
             partial.data = _str(block, "data")
         elif kind == "tool_use":
+            partial = _Partial("tool_use")
             partial.id, partial.name = _str(block, "id"), _str(block, "name")
             start_input = block.get("input")
             partial.input = dict(start_input) if isinstance(start_input, dict) else {}
-        else:
-            return  # server tool blocks and other kinds steploop does not model
+        else:  # server tool blocks, MCP, compaction, ...: kept whole
+            partial = _Partial("opaque")
+            partial.block = dict(block)
         self.open[index] = partial
 
     def _finish(self, p: _Partial) -> ModelBlockReceived:
         at = self.at_ms()
         if p.kind == "text":
+            citations = None if p.citations is None else _compact(p.citations)
+            block_t = TextBlock(text="".join(p.parts), citations=citations)
             return ModelBlockReceived(
-                call_id=self.call_id, block=TextBlock(text="".join(p.parts)), at_ms=at
+                call_id=self.call_id, block=block_t, model=self.served, at_ms=at
             )
         if p.kind == "thinking":
             block = ThinkingBlock(thinking="".join(p.parts), signature="".join(p.signature))
-            return ModelBlockReceived(call_id=self.call_id, block=block, at_ms=at)
+            return ModelBlockReceived(
+                call_id=self.call_id, block=block, model=self.served, at_ms=at
+            )
         if p.kind == "redacted_thinking":
             block_r = RedactedThinkingBlock(data=p.data)
-            return ModelBlockReceived(call_id=self.call_id, block=block_r, at_ms=at)
+            return ModelBlockReceived(
+                call_id=self.call_id, block=block_r, model=self.served, at_ms=at
+            )
+        if p.kind == "opaque":
+            return self._finish_opaque(p, at)
         text = "".join(p.parts)
         parsed: dict[str, Any] | None
         if text.strip():
@@ -652,6 +787,35 @@ class _Assembler:
             block=ToolUseBlock(id=p.id, name=p.name, input=tool_input),
             tool=self.traits_for(p.name, tool_input),
             input_complete=complete,
+            model=self.served,
+            at_ms=at,
+        )
+
+    def _finish_opaque(self, p: _Partial, at: int) -> ModelBlockReceived:
+        """The start payload with its deltas folded in, as the SDK's accumulator does: the
+        input JSON parsed into ``input`` (cut-off JSON: ``input_complete=False``), text and
+        thinking appended, the signature and citations set."""
+        block = p.block if p.block is not None else {}
+        complete = True
+        if p.parts:
+            field = _OPAQUE_FIELD[p.delta]
+            if field == "input":
+                text = "".join(p.parts)
+                parsed = parse_tool_input(text) if text.strip() else block.get("input", {})
+                complete = parsed is not None
+                block["input"] = parsed if parsed is not None else {}
+            else:
+                prefix = block.get(field)
+                block[field] = (prefix if isinstance(prefix, str) else "") + "".join(p.parts)
+        if p.signature:
+            block["signature"] = "".join(p.signature)
+        if p.citations is not None:
+            block["citations"] = p.citations
+        return ModelBlockReceived(
+            call_id=self.call_id,
+            block=_opaque(block),
+            input_complete=complete,
+            model=self.served,
             at_ms=at,
         )
 
@@ -661,6 +825,7 @@ class _Assembler:
             model=self.model,
             stop_reason=self.stop_reason,
             usage=Usage(**self.usage),
+            stop_details=self.stop_details,
             at_ms=self.at_ms(),
         )
 
@@ -832,6 +997,10 @@ class AnthropicModelClient:
                 block_event = assembler.feed(name, payload)
                 if block_event is not None:
                     yield block_event
+                elif assembler.ready:  # message_start held complete blocks [defect: none lost]
+                    ready, assembler.ready = assembler.ready, []
+                    for ready_event in ready:
+                        yield ready_event
         finally:
             await _dispose(response, sse_events, complete=assembler.stopped and failure is None)
 
@@ -856,60 +1025,60 @@ class AnthropicModelClient:
         return ModelCallFailed(call_id=call_id, kind=kind, message=message, at_ms=self._clock())
 
     async def _complete(self, effect: CallModel, request: dict[str, Any]) -> list[Event]:
-        """The events of a non-streaming call."""
+        """The events of a non-streaming call.
+
+        The body is read as JSON, not through the SDK's types: those know only some block
+        types and turn the others into blocks with missing fields. Every block is reported
+        (:func:`block_from_api`); a body that is not a message is ``stream_broken``.
+        """
         timeout = (
             self._complete_timeout if self._complete_timeout is not None else anthropic.NOT_GIVEN
         )
+        call_id = effect.call_id
         try:
-            message = await self._client.messages.create(**request, timeout=timeout)
+            raw = await self._client.messages.with_raw_response.create(**request, timeout=timeout)
+            data = await raw.read()
         except Exception as exc:  # cancellation is a BaseException: it propagates
-            return [self._failed(effect.call_id, exc, started=False)]
+            return [self._failed(call_id, exc, started=False)]
+        try:
+            body = json.loads(data)
+        except ValueError as exc:  # not JSON (a proxy's page, a cut body)
+            return [self._broken(call_id, f"malformed message body: {exc}")]
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, list):
+            return [self._broken(call_id, "malformed message body: no content list")]
+        stop_reason = body.get("stop_reason")
+        stop_reason = stop_reason if isinstance(stop_reason, str) else None
+        model = body.get("model")
+        served = model if isinstance(model, str) and model else None
         events: list[Event] = []
-        for index, block in enumerate(message.content):
+        last = len(content) - 1
+        traits_for = self._traits_for
+        for index, block in enumerate(content):
             # Without the raw JSON text a cut-off tool input cannot be told from a complete
             # one: a tool_use that ends a max_tokens response is treated as cut off.
-            cut = message.stop_reason == "max_tokens" and index == len(message.content) - 1
-            event = self._block_of(effect.call_id, block, cut)
-            if event is not None:
-                events.append(event)
-        usage = message.usage
+            cut = stop_reason == "max_tokens" and index == last
+            at = self._clock()
+            events.append(block_from_api(block, call_id, traits_for, at, cut=cut, model=served))
+        usage = body.get("usage")
+        counts = {k: 0 for k in _USAGE_KEYS}
+        if isinstance(usage, dict):
+            for key in _USAGE_KEYS:
+                value = usage.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    counts[key] = value
+        details = body.get("stop_details")
         events.append(
             ModelResponseEnded(
-                call_id=effect.call_id,
-                model=message.model or effect.model,
-                stop_reason=message.stop_reason,
-                usage=Usage(
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-                    cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-                ),
+                call_id=call_id,
+                model=served or effect.model,
+                stop_reason=stop_reason,
+                usage=Usage(**counts),
+                stop_details=None if details is None else _compact(details),
                 at_ms=self._clock(),
             )
         )
         return events
-
-    def _block_of(self, call_id: int, block: object, cut: bool) -> ModelBlockReceived | None:
-        at = self._clock()
-        if isinstance(block, sdk.TextBlock):
-            return ModelBlockReceived(call_id=call_id, block=TextBlock(text=block.text), at_ms=at)
-        if isinstance(block, sdk.ThinkingBlock):
-            b = ThinkingBlock(thinking=block.thinking, signature=block.signature)
-            return ModelBlockReceived(call_id=call_id, block=b, at_ms=at)
-        if isinstance(block, sdk.RedactedThinkingBlock):
-            r = RedactedThinkingBlock(data=block.data)
-            return ModelBlockReceived(call_id=call_id, block=r, at_ms=at)
-        if isinstance(block, sdk.ToolUseBlock):
-            ok = isinstance(block.input, dict) and not cut
-            tool_input: dict[str, Any] = dict(block.input) if ok else {}
-            return ModelBlockReceived(
-                call_id=call_id,
-                block=ToolUseBlock(id=block.id, name=block.name, input=tool_input),
-                tool=self._traits_for(block.name, tool_input),
-                input_complete=ok,
-                at_ms=at,
-            )
-        return None
 
 
 _raw_decode = json.JSONDecoder().raw_decode

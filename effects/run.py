@@ -50,6 +50,14 @@ import attrs
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from effects.boundary import (
+    clean,
+    clean_block,
+    clean_text,
+    compaction_result,
+    model_problem,
+    tool_output,
+)
 from effects.concurrency import Handoff, Rest, Signal, primitives
 from effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
 from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
@@ -315,6 +323,7 @@ class Run:
                 session_id=self.session_id,
                 cwd=str(self._workspace),
                 version=_version(),
+                stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
             )
         self._signal, self._scope = primitives()
         self._context = contextvars.copy_context()  # what every handler starts from
@@ -424,6 +433,8 @@ class Run:
             self._usage = _add(self._usage, event.usage)
         state, fx = step(state, event, self.config)
         self._state = self.state = state
+        if self._transcript is not None:  # usage, compaction and hook data for its records
+            self._transcript.observe(event, state, fx)
         if self._observer is not None:
             self._observer(event, state, fx)
         return fx
@@ -579,6 +590,7 @@ class Run:
         stream = self._model.stream(effect)
         call_id = effect.call_id
         ended = False
+        tool_ids: set[str] = set()
         try:
             async for event in stream:
                 if (
@@ -590,6 +602,19 @@ class Run:
                         kind="unknown",
                         message=f"the model client produced malformed data: {event!r:.200}",
                     )
+                if isinstance(event, ModelBlockReceived):  # effects/boundary.py
+                    problem = model_problem(event.block, tool_ids)
+                    if problem is not None:
+                        return ModelCallFailed(
+                            call_id=call_id,
+                            kind="unknown",
+                            message=f"the model sent a malformed response: {problem}",
+                        )
+                    block = clean_block(event.block)
+                    if block is not event.block:
+                        event = attrs.evolve(event, block=block)
+                else:
+                    event = clean(event)
                 self._feed(_stamped(event, self._now()))  # one clock for every event
                 if not isinstance(event, ModelBlockReceived):  # the response's last event
                     ended = True
@@ -622,7 +647,11 @@ class Run:
 
         The call's first step runs at once; only a call that then waits gets the deadline (a
         timer), so a call that finishes without waiting costs no timer."""
-        ctx = ToolContext(workspace=self._workspace, tool_use_id=effect.tool_use_id)
+        ctx = ToolContext(
+            workspace=self._workspace,
+            tool_use_id=effect.tool_use_id,
+            timeout_s=self._tool_timeout_s,  # lets the registry end a step that holds the loop
+        )
         out: ToolOutput | None = None
         try:
             call = self._tools.call(effect.name, effect.input, ctx)
@@ -638,6 +667,7 @@ class Run:
             if out is None and scope.cancel_called and self._scopes.get(key) is scope:
                 out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
             if out is not None:
+                out = tool_output(effect.name, out)  # effects/boundary.py
                 self._feed(
                     ToolFinished(
                         generation=effect.generation,
@@ -675,7 +705,7 @@ class Run:
                 compact_id=effect.compact_id,
                 reason=f"the compactor returned malformed data: {result!r:.200}",
             )
-        self._feed(_stamped(result, self._now()))
+        self._feed(_stamped(compaction_result(result), self._now()))
 
     async def _run_hooks(self, effect: RunStopHooks, scope: anyio.CancelScope) -> None:
         result: Any = StopHooksFinished(hooks_id=effect.hooks_id)
@@ -703,7 +733,7 @@ class Run:
                 hooks_id=effect.hooks_id,
                 error=f"the stop hooks returned malformed data: {result!r:.200}",
             )
-        self._feed(_stamped(result, self._now()))
+        self._feed(_stamped(clean(result), self._now()))
 
     async def _summarize(self, effect: SummarizeToolUse, scope: anyio.CancelScope) -> None:
         text: Any = None
@@ -713,8 +743,7 @@ class Run:
                     text = await self._summarizer(effect)
                 except Exception:
                     text = None
-        if not isinstance(text, str):
-            text = None
+        text = clean_text(text) if isinstance(text, str) else None
         self._feed(
             ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now())
         )
@@ -849,6 +878,7 @@ def run(
         ``r.result`` afterwards.
     """
     req = Request(prompt=request, at_ms=clock_ms()) if isinstance(request, str) else request
+    req = clean(req)  # a prompt from argv or a file can hold lone surrogates
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     return Run(
         req,

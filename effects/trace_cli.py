@@ -1,7 +1,7 @@
 """The trace commands of the ``steploop`` CLI: replay, diff, show, stats and resume.
 
 :func:`register` adds them to the main parser's subparsers; each handler has the signature
-``(args, out) -> int`` and reports a user error by raising ``effects.cli.CliError`` or a
+``(args, out) -> int`` and reports a user error by raising ``effects.cli_common.CliError`` or a
 ``reducer.SteploopError`` (one line, exit status 2). Exit status 1 means "ran, but the answer
 is no": a replay mismatch or divergence, or two traces that differ.
 
@@ -11,10 +11,9 @@ is no": a replay mismatch or divergence, or two traces that differ.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import typing
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
@@ -22,6 +21,16 @@ from typing import Any, TextIO
 
 import attrs
 
+from effects.cli_common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    ProgressBar,
+    console_for,
+    count_steps,
+    load_json,
+    parse_overrides,
+)
 from effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     POLICIES,
@@ -42,18 +51,12 @@ from effects.trace import (
 from reducer import LoopConfig, SteploopError, profile
 from reducer.canonical import to_data
 from reducer.effects import CallModel, Compact, Effect, StartTool
-from reducer.events import Event, ModelResponseEnded
+from reducer.events import ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
 
 __all__ = ["TRACE_COMMANDS", "main", "register"]
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
-
-
-def _cli_error(message: str) -> Exception:
-    from effects.cli import CliError
-
-    return CliError(message)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,35 +74,16 @@ def _at_least_one(text: str) -> int:
 
 
 def _overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
-    from effects.cli import _parse_value
-
-    out: dict[str, Any] = {}
-    for kv in pairs or ():
-        if "=" not in kv:
-            raise _cli_error(f"--set takes KEY=VALUE, got {kv!r}")
-        key, raw = kv.split("=", 1)
-        out[key.strip()] = _parse_value(raw.strip())
-    return out
+    return parse_overrides(pairs)
 
 
 def _load_json(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _cli_error(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise _cli_error(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise _cli_error(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _cli_error(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    return load_json(path, "script")
 
 
 def _live_model(traits_for: Callable[[str, dict[str, Any]], Any], tools: Any) -> tuple[Any, Any]:
     if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise _cli_error(
+        raise CliError(
             "ANTHROPIC_API_KEY is not set: set it to go live, or answer from a script instead"
         )
     from effects.model import AnthropicModelClient, make_client
@@ -135,26 +119,31 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
     if corpus.is_corpus(args):
         if counterfactual:
-            raise _cli_error("counterfactual replay takes one trace file")
+            raise CliError("counterfactual replay takes one trace file")
         return corpus.replay_command(args, out)
     args.trace = args.trace[0] if isinstance(args.trace, list) else args.trace
+    err = sys.stderr
+    show = bool(args.progress) or err.isatty()
     if not counterfactual:
-        report = replay_exact(
-            args.trace,
-            verify=args.verify or "every",
-            checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
-        )
-        print(report.describe(), file=out)
+        total = count_steps(args.trace) if show else None
+        with ProgressBar(total, "replaying", "steps", err, show) as bar:
+            report = replay_exact(
+                args.trace,
+                verify=args.verify or "every",
+                checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
+                on_step=(lambda _rec: bar.advance()) if show else None,
+            )
+        _print_verdict(report.describe(), report.ok, out)
         return 0 if report.ok else 1
     if args.verify or args.checkpoint_every:
-        raise _cli_error("--verify and --checkpoint-every apply to exact replay only")
+        raise CliError("--verify and --checkpoint-every apply to exact replay only")
     import anyio
 
     policy: Policy = args.on_divergence or "stop"
     if args.script and policy != "scripted":
-        raise _cli_error("--script goes with --on-divergence scripted")
+        raise CliError("--script goes with --on-divergence scripted")
     if policy == "scripted" and not args.script:
-        raise _cli_error("--on-divergence scripted needs --script FILE (a JSON list of responses)")
+        raise CliError("--on-divergence scripted needs --script FILE (a JSON list of responses)")
     base: LoopConfig | None = profile(args.profile) if args.profile else None
     overrides = _overrides(args.set)
     script = _load_json(args.script) if args.script else None
@@ -183,8 +172,19 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         f"counterfactual replay of {args.trace} with {'; '.join(what)}; on divergence: {policy}",
         file=out,
     )
-    print(report.describe(), file=out)
+    _print_verdict(report.describe(), report.ok, out)
     return 0 if report.ok else 1
+
+
+def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
+    """A replay's report: its first line green when it held, red when not."""
+    from rich.text import Text
+
+    console = console_for(out)
+    first, _, rest = text.partition("\n")
+    console.print(Text(first, style="green" if ok else "bold red"))
+    if rest:
+        console.print(Text(rest))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -197,13 +197,41 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
         for k, v in data.items():
             out.update(_flat(v, f"{prefix}{k}."))
         return out
+    if isinstance(data, list) and data:
+        out = {}
+        for k, v in enumerate(data):
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
     return {prefix[:-1]: data}
 
 
-def _timeless(event: Event | None) -> Event | None:
-    if event is None:
-        return None
-    return typing.cast(Event, attrs.evolve(typing.cast(Any, event), at_ms=0))
+_TIME_KEYS = ("at_ms",)
+
+
+def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
+    """The leaves that differ, as (dotted path, A's value, B's value); times ignored unless
+    ``exact`` (a field named ``at_ms`` at any depth)."""
+    fa, fb = _flat(to_data(a)), _flat(to_data(b))
+    out = []
+    for key in list(fa) + [k for k in fb if k not in fa]:
+        if not exact and key.rsplit(".", 1)[-1] in _TIME_KEYS:
+            continue
+        va, vb = fa.get(key, "(absent)"), fb.get(key, "(absent)")
+        if va != vb:
+            out.append((key, va, vb))
+    return out
+
+
+def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
+    lines = [f"{indent}{k}: {_short(repr(va), 160)} → {_short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
+    if len(diffs) > limit:
+        lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
+    return lines
+
+
+def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
+    shown = ", ".join(f"{k} ({_short(repr(va), 60)} → {_short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
+    return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
 
 
 def _effect_lines(label: str, effects: Sequence[Effect]) -> list[str]:
@@ -223,14 +251,13 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     first_a, first_b = next(steps_a, None), next(steps_b, None)
     ha, hb = a.header, b.header
     assert ha is not None and hb is not None
-    fa, fb = _flat(to_data(ha.config)), _flat(to_data(hb.config))
-    changed = [k for k in fa if fa.get(k) != fb.get(k)]
+    exact = bool(args.exact)
+    changed = _field_diff(ha.config, hb.config, True)
     if changed:
-        shown = ", ".join(f"{k} ({fa[k]!r} → {fb.get(k)!r})" for k in changed[:8])
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        print(f"configs differ: {shown}{more}", file=out)
-    if ha.request != hb.request:
-        print("requests differ", file=out)
+        print(f"configs differ: {_inline_fields(changed)}", file=out)
+    requests = _field_diff(ha.request, hb.request, exact)
+    if requests:
+        print(f"requests differ: {_inline_fields(requests)}", file=out)
 
     def chain(first: StepRecord | None, rest: Iterator[StepRecord]) -> Iterator[StepRecord]:
         if first is not None:
@@ -248,20 +275,36 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
                 file=out,
             )
             return 1
-        same_event = (
-            sa.event == sb.event if args.exact else _timeless(sa.event) == _timeless(sb.event)
-        )
+        if sa.event is None or sb.event is None:
+            same_event = sa.event is sb.event
+            event_diff: list[tuple[str, Any, Any]] = []
+        else:
+            event_diff = _field_diff(sa.event, sb.event, exact)
+            same_event = not event_diff
         if not same_event:
             print(f"first divergence at step {sa.i}: the events differ", file=out)
+            for line in _show_fields(event_diff):
+                print(line, file=out)
             print(f"  A event: {describe_effect(sa.event, 400)}", file=out)
             print(f"  B event: {describe_effect(sb.event, 400)}", file=out)
             return 1
         if sa.effects != sb.effects:
             print(f"first divergence at step {sa.i}: same event, the effects differ", file=out)
+            for k, (ea_, eb_) in enumerate(zip_longest(sa.effects, sb.effects)):
+                if ea_ == eb_:
+                    continue
+                if ea_ is None or eb_ is None:
+                    who = "B" if ea_ is None else "A"
+                    print(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", file=out)
+                else:
+                    print(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", file=out)
+                    for line in _show_fields(_field_diff(ea_, eb_, True), "    "):
+                        print(line, file=out)
+                break
             for line in _effect_lines("A", sa.effects) + _effect_lines("B", sb.effects):
                 print(line, file=out)
             return 1
-        if args.exact and sa.digest != sb.digest:
+        if exact and sa.digest != sb.digest:
             print(f"first divergence at step {sa.i}: the state digests differ", file=out)
             print(f"  A: {sa.digest}\n  B: {sb.digest}", file=out)
             return 1
@@ -271,6 +314,9 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     tb = eb.terminal.TAG if eb else "no end record"
     if ta != tb:
         print(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", file=out)
+        return 1
+    if changed or requests:
+        print(f"the same {n} steps ({ta}) from different headers", file=out)
         return 1
     print(f"identical ({n} steps; {ta})", file=out)
     return 0
@@ -284,11 +330,14 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
 class _Row:
     round: int
     transition: str = "(unfinished)"
+    tag: str = "(unfinished)"
     calls: int = 0
     tools: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     compactions: int = 0
+    tool_names: Counter[str] = attrs.field(factory=Counter)
+    context: int = 0  # the prompt's size at the round's last response (input + cache tokens)
 
 
 def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
@@ -297,6 +346,7 @@ def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
             row.calls += 1
         elif isinstance(e, StartTool):
             row.tools += 1
+            row.tool_names[e.name] += 1
         elif isinstance(e, Compact):
             row.compactions += 1
 
@@ -328,13 +378,14 @@ def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | 
         row = rows[-1]
         if isinstance(rec.event, ModelResponseEnded):
             u = rec.event.usage
-            row.tokens_in += (
-                u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
-            )
+            size = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+            row.tokens_in += size
             row.tokens_out += u.output_tokens
+            row.context = size
         t = rec.transition
         if t is not None:
             row.transition = t.TAG + _payload(t)
+            row.tag = t.TAG
             if isinstance(t, CONTINUE_TYPES):
                 rows.append(_Row(round=row.round + 1))
         _count_effects(rows[-1], rec.effects)
@@ -342,44 +393,127 @@ def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | 
     return reader.header, rows, reader.end, steps, resumes
 
 
+#: ``show`` prints every round up to this many; beyond, the first and last few (``--all``).
+SHOW_ALL_UP_TO = 40
+SHOW_ENDS = 10
+
+
+def _status_style(tag: str) -> str:
+    if tag == "completed":
+        return "green"
+    if tag in ("(unfinished)",):
+        return "yellow"
+    if tag in {c.TAG for c in CONTINUE_TYPES}:
+        return ""
+    return "red"
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    if args.html:
+        from effects.viewer import write_html
+
+        path = write_html(args.trace, args.html)
+        print(f"wrote {path} (one self-contained file: open it in a browser)", file=out)
+        return 0
     reader = TraceReader(args.trace)
     header, rows, end, steps, resumes = timeline(reader)
+    console = console_for(out)
     cfg, prov = header.config, header.provenance
     prompt = header.request.prompt
     text = prompt if isinstance(prompt, str) else "(blocks)"
-    print(f"trace {reader.name}", file=out)
-    print(
-        f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
-        f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}",
-        file=out,
-    )
-    print(f"  prompt: {_short(text, 90)}", file=out)
-    headers = ("round", "transition", "model calls", "tools run", "tokens in/out", "compactions")
-    cells = [
-        (
-            str(r.round),
-            r.transition,
-            str(r.calls),
-            str(r.tools),
-            f"{r.tokens_in:,}/{r.tokens_out:,}",
-            str(r.compactions),
+    console.print(Text(f"trace {reader.name}", style="bold"))
+    console.print(
+        Text(
+            f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
+            f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
         )
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(c[k]) for c in cells)) for k, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.ljust(widths[k]) if k == 1 else v.rjust(widths[k]) for k, v in enumerate(values)]
-        return "  ".join(parts).rstrip()
-
-    print(line(headers), file=out)
-    for c in cells:
-        print(line(c), file=out)
+    )
+    console.print(Text(f"  prompt: {_short(text, 90)}"))
+    if not args.summary:
+        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+        for name, justify in (
+            ("round", "right"),
+            ("transition", "left"),
+            ("model calls", "right"),
+            ("tools run", "right"),
+            ("tokens in/out", "right"),
+            ("compactions", "right"),
+        ):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        shown: list[_Row | None] = list(rows)
+        if len(rows) > SHOW_ALL_UP_TO and not args.all:
+            shown = [*rows[:SHOW_ENDS], None, *rows[-SHOW_ENDS:]]
+        for r in shown:
+            if r is None:
+                hidden = len(rows) - 2 * SHOW_ENDS
+                table.add_row("…", Text(f"{hidden:,} rounds not shown (--all shows them, --summary totals them)", style="dim"))
+                continue
+            table.add_row(
+                str(r.round),
+                Text(r.transition, style=_status_style(r.tag)),
+                str(r.calls),
+                str(r.tools),
+                f"{r.tokens_in:,}/{r.tokens_out:,}",
+                str(r.compactions),
+            )
+        console.print(table)
+    if args.summary or len(rows) > SHOW_ALL_UP_TO:
+        _print_summary(console, rows)
     ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
     resumed = f"; resumed {resumes}x" if resumes else ""
-    print(f"{steps} steps, {len(rows)} round(s); {ended}{resumed}", file=out)
+    line = Text(f"{steps} steps, {len(rows)} round(s); ")
+    line.append(ended, style=_status_style(end.terminal.TAG if end is not None else "(unfinished)"))
+    line.append(resumed)
+    console.print(line)
     return 0
+
+
+def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
+    """Totals per round kind (the transition that ended it), tools by name, tokens."""
+    from rich.table import Table
+    from rich.text import Text
+
+    kinds: dict[str, list[_Row]] = {}
+    for r in rows:
+        kinds.setdefault(r.tag, []).append(r)
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), title=None)
+    for name, justify in (
+        ("rounds ended by", "left"),
+        ("rounds", "right"),
+        ("model calls", "right"),
+        ("tools run", "right"),
+        ("tokens in/out", "right"),
+        ("compactions", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for tag, rs in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        table.add_row(
+            Text(tag, style=_status_style(tag)),
+            f"{len(rs):,}",
+            f"{sum(r.calls for r in rs):,}",
+            f"{sum(r.tools for r in rs):,}",
+            f"{sum(r.tokens_in for r in rs):,}/{sum(r.tokens_out for r in rs):,}",
+            f"{sum(r.compactions for r in rs):,}",
+        )
+    table.add_row(
+        Text("total", style="bold"),
+        f"{len(rows):,}",
+        f"{sum(r.calls for r in rows):,}",
+        f"{sum(r.tools for r in rows):,}",
+        f"{sum(r.tokens_in for r in rows):,}/{sum(r.tokens_out for r in rows):,}",
+        f"{sum(r.compactions for r in rows):,}",
+    )
+    console.print(table)
+    tools: Counter[str] = Counter()
+    for r in rows:
+        tools.update(r.tool_names)
+    shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
+    console.print(Text(f"tools by name: {shown or 'none'}"))
+    peak = max((r.context for r in rows), default=0)
+    console.print(Text(f"largest prompt: {peak:,} tokens"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,8 +533,14 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     import anyio
 
-    from effects.cli import Display, _ask_terminal, _drive, _print_result
-    from effects.run import PermissionPolicy
+    from effects.cli_drive import (
+        Display,
+        PermissionAsker,
+        drive,
+        permission_setup,
+        print_result,
+        stop_hooks_from_args,
+    )
     from effects.tools import ToolRegistry, builtin_tools
 
     # read the trace before anything else: a bad trace is the first thing to report
@@ -412,14 +552,22 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     ws_arg = args.workspace or (recorded_ws if isinstance(recorded_ws, str) else ".")
     workspace = Path(ws_arg).resolve()
     if not workspace.is_dir():
-        raise _cli_error(f"workspace {workspace} is not a directory (pass --workspace DIR)")
+        raise CliError(f"workspace {workspace} is not a directory (pass --workspace DIR)")
     registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
+    policy, mode = permission_setup(args)
+    display = Display(out)
+    hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
+    for note in notes:
+        display.line(note, "yellow")
     client: Any = None
     model: Any
     if args.scripted:
-        from effects.scripted import ScriptedModel
+        from effects.scripted import ScriptedModel, ScriptError
 
-        model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+        try:
+            model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+        except ScriptError as bad:
+            raise CliError(f"script {args.scripted}: {bad}") from None
     else:
         client, model = _live_model(registry.traits, registry.definitions())
     with resume_trace(
@@ -438,23 +586,21 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
             model=model,
             tools=registry,
             workspace=workspace,
-            permissions=PermissionPolicy(
-                allow=frozenset({"Read", "Glob", "Grep"}), default="allow" if args.yes else "ask"
-            ),
+            permissions=policy,
+            stop_hooks=hooks,
         )
-        display = Display(out)
 
         async def go() -> Any:
             try:
-                return await _drive(r, display, _ask_terminal)
+                return await drive(r, display, PermissionAsker())
             finally:
                 if client is not None:
                     await client.close()
 
         res = anyio.run(go)
-    _print_result(res, out)
+    code = print_result(res, out)
     print(f"appended to {point.path}", file=out)
-    return 0
+    return code
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,12 +648,15 @@ def register(subparsers: Any) -> dict[str, Handler]:
         "reported at its first step, but a digest wrong only between checkpoints is not seen)",
     )
     p.add_argument(
+        "--progress", action="store_true", help="show the progress bar even off a terminal"
+    )
+    p.add_argument(
         "--checkpoint-every",
         type=_at_least_one,
         metavar="N",
         help=f"steps between checkpoints (default {DEFAULT_CHECKPOINT_EVERY})",
     )
-    corpus_options(p, progress=True)
+    corpus_options(p)
     p.set_defaults(handler=cmd_replay)
 
     d = subparsers.add_parser("diff", help="the first divergence between two traces")
@@ -518,6 +667,21 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
     s = subparsers.add_parser("show", help="a trace's timeline, one row per round")
     s.add_argument("trace", metavar="TRACE")
+    s.add_argument(
+        "--summary",
+        action="store_true",
+        help="totals per round kind, tools by name and tokens instead of the rows",
+    )
+    s.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every round (past {SHOW_ALL_UP_TO} rounds only the first and last {SHOW_ENDS} are shown)",
+    )
+    s.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write the timeline and the machine's diagram as one self-contained HTML file",
+    )
     s.set_defaults(handler=cmd_show)
 
     st = subparsers.add_parser("stats", help="transition and terminal counts over *.jsonl in DIR")
@@ -530,15 +694,16 @@ def register(subparsers: Any) -> dict[str, Handler]:
     r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
     r.add_argument("--workspace", metavar="DIR", help="default: the one recorded in the trace")
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
-    r.add_argument("--yes", action="store_true", help="allow every tool call without asking")
+    from effects.cli_drive import add_permission_args, add_stop_hook_args
+
+    add_permission_args(r)
+    add_stop_hook_args(r)
     r.set_defaults(handler=cmd_resume)
     return dict(TRACE_COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    from effects.cli import CliError
-
     out = out or sys.stdout
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
@@ -547,10 +712,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return int(args.handler(args, out))
     except (CliError, SteploopError) as e:
         print(f"steploop: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

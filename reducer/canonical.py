@@ -4,6 +4,16 @@ A value is encoded to plain JSON data: attrs instances become dicts with their `
 ``"type"`` (fields in declaration order), tuples become lists, and the JSON text is written with
 sorted keys and no spaces. Digests are BLAKE2b over that text, never Python's salted ``hash()``,
 so they are stable across processes and machines.
+
+Text is encoded as UTF-8 with lone surrogates passed through (``surrogatepass``): a str that
+is not valid Unicode (an undecodable file name, a ``\\ud800`` escape) still has one canonical
+text and one digest, the same in every process. Such bytes are hashed, never written.
+
+What crosses into the machine as free-form JSON data (a tool's input) is bounded by
+:func:`data_problem`: at most :data:`MAX_DEPTH` levels deep, integers of at most
+:data:`MAX_INT_DIGITS` digits, finite floats, string keys. The interpreter refuses anything
+else where it enters, so every value in a state can be encoded, digested, written to a trace
+and read back (specs/trace-format.md, "Limits").
 """
 
 from __future__ import annotations
@@ -15,9 +25,12 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "canonical_bytes",
     "canonical_bytes_reference",
     "chain_digest",
+    "data_problem",
     "digest_bytes",
     "state_digest",
     "to_data",
@@ -165,15 +178,68 @@ def _text(v: Any) -> str:
 
 
 def canonical_bytes(value: Any) -> bytes:
-    """The canonical JSON text of ``value`` as UTF-8 bytes."""
-    return _text(value).encode("utf-8")
+    """The canonical JSON text of ``value`` as UTF-8 bytes (lone surrogates passed through).
+
+    Raises:
+        ValueError: ``value`` is nested too deep to encode (deeper than the interpreter lets
+            data in, see :func:`data_problem`), instead of a RecursionError.
+    """
+    try:
+        return _text(value).encode("utf-8", "surrogatepass")
+    except RecursionError:
+        raise ValueError(
+            f"cannot encode a value nested this deep canonically (free-form data is "
+            f"limited to {MAX_DEPTH} levels)"
+        ) from None
 
 
 def canonical_bytes_reference(value: Any) -> bytes:
     """The definition canonical_bytes() must match (slow; used by tests)."""
     return json.dumps(
         to_data(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode("utf-8")
+    ).encode("utf-8", "surrogatepass")
+
+
+MAX_DEPTH = 100
+"""Levels of nesting free-form data (a tool input) may have; the object itself is level 1."""
+MAX_INT_DIGITS = 100
+"""Decimal digits an integer in free-form data may have."""
+_INT_BOUND = 10**MAX_INT_DIGITS
+_JSON_LEAVES = (str, bool, type(None))
+
+
+def data_problem(value: Any, what: str = "the value") -> str | None:
+    """None when ``value`` is JSON data within the limits; else what is wrong, in one line.
+
+    JSON data: dicts with str keys, lists, str, int, float, bool and None; at most
+    :data:`MAX_DEPTH` levels of dicts and lists; integers of at most :data:`MAX_INT_DIGITS`
+    digits; no NaN or infinity. Iterative, so any depth is checked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        cls = v.__class__
+        if cls in _JSON_LEAVES:
+            continue
+        if cls is int:
+            if not -_INT_BOUND < v < _INT_BOUND:
+                return f"{what} holds an integer of more than {MAX_INT_DIGITS} digits"
+        elif cls is float:
+            if v - v != 0.0:  # inf - inf and nan - nan are nan
+                return f"{what} holds {v!r}, which JSON cannot carry"
+        elif cls is dict or cls is list:
+            if depth > MAX_DEPTH:
+                return f"{what} is nested deeper than {MAX_DEPTH} levels"
+            if cls is dict:
+                for k in v:
+                    if k.__class__ is not str:
+                        return f"{what} has a key that is not a string: {k!r:.40}"
+                items = v.values()
+            else:
+                items = v
+            stack.extend((x, depth + 1) for x in items if x.__class__ not in _JSON_LEAVES)
+        else:
+            return f"{what} holds a {cls.__name__}, which is not JSON data"
+    return None
 
 
 def digest_bytes(data: bytes) -> bytes:

@@ -32,14 +32,27 @@ __all__ = [
 ]
 
 
-def _positive(_inst: object, attr: attrs.Attribute[Any], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{attr.name} must be a positive integer, got {value!r}")
+# Every message names the field as a dotted key (``retry.max_delay_ms``), the spelling
+# ``--set`` and :meth:`LoopConfig.with_overrides` take.
+_GROUP_PREFIX = {"Gates": "gates.", "Compat": "compat.", "RetryPolicy": "retry."}
 
 
-def _non_negative(_inst: object, attr: attrs.Attribute[Any], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{attr.name} must be a non-negative integer, got {value!r}")
+def _key(inst: object, name: str) -> str:
+    return _GROUP_PREFIX.get(type(inst).__name__, "") + name
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    if not _is_int(value) or value <= 0:
+        raise ConfigError(f"{_key(inst, attr.name)} must be a positive integer, got {value!r}")
+
+
+def _non_negative(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    if not _is_int(value) or value < 0:
+        raise ConfigError(f"{_key(inst, attr.name)} must be a non-negative integer, got {value!r}")
 
 
 def _opt_positive(inst: object, attr: attrs.Attribute[Any], value: int | None) -> None:
@@ -47,9 +60,50 @@ def _opt_positive(inst: object, attr: attrs.Attribute[Any], value: int | None) -
         _positive(inst, attr, value)
 
 
-def _bool(_inst: object, attr: attrs.Attribute[Any], value: bool) -> None:
+def _percent(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    if not _is_int(value) or not 0 < value <= 100:
+        raise ConfigError(
+            f"{_key(inst, attr.name)} must be an integer percentage in 1..100, got {value!r}"
+        )
+
+
+def _bool(inst: object, attr: attrs.Attribute[Any], value: bool) -> None:
     if not isinstance(value, bool):
-        raise ConfigError(f"{attr.name} must be true or false, got {value!r}")
+        raise ConfigError(f"{_key(inst, attr.name)} must be true or false, got {value!r}")
+
+
+def _name(inst: object, attr: attrs.Attribute[Any], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{_key(inst, attr.name)} must be a non-empty string, got {value!r}")
+
+
+def _opt_name(inst: object, attr: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        _name(inst, attr, value)
+
+
+def _one_of(*choices: str) -> Any:
+    def check(inst: object, attr: attrs.Attribute[Any], value: str) -> None:
+        if not isinstance(value, str) or value not in choices:
+            raise ConfigError(
+                f"{_key(inst, attr.name)} must be one of "
+                f"{', '.join(repr(c) for c in choices)}, got {value!r}"
+            )
+
+    return check
+
+
+def _group(cls: type) -> Any:
+    """A sub-config (gates, compat, retry) must be that group, not a bool, None or a dict."""
+
+    def check(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, cls):
+            raise ConfigError(
+                f"{_key(inst, attr.name)} must be a {cls.__name__}, got "
+                f"{type(value).__name__} {value!r:.60}"
+            )
+
+    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -98,6 +152,13 @@ class RetryPolicy:
     max_delay_ms: int = attrs.field(default=32_000, validator=_positive)
     max_consecutive_529: int = attrs.field(default=3, validator=_positive)
 
+    def __attrs_post_init__(self) -> None:
+        if self.max_delay_ms < self.base_delay_ms:
+            raise ConfigError(
+                f"retry.max_delay_ms {self.max_delay_ms} is below retry.base_delay_ms "
+                f"{self.base_delay_ms}: the backoff cap would shorten the first delay"
+            )
+
     def delay_ms(self, attempt: int, retry_after_ms: int | None) -> int:
         """Delay before retry ``attempt`` (1-based): retry-after wins, else 500*2^(n-1) capped."""
         if retry_after_ms is not None:
@@ -113,26 +174,28 @@ QUERY_SOURCES_NO_BLOCKING = frozenset({"compact", "session_memory"})
 class LoopConfig:
     """Everything step() reads besides the state and the event. Build once, never mutate."""
 
-    profile_name: str = "default"
-    model: str = "claude-sonnet-4-5"
-    fallback_model: str | None = None
+    profile_name: str = attrs.field(default="default", validator=_name)
+    model: str = attrs.field(default="claude-sonnet-4-5", validator=_name)
+    fallback_model: str | None = attrs.field(default=None, validator=_opt_name)
     context_window: int = attrs.field(default=200_000, validator=_positive)
     max_output_tokens: int = attrs.field(default=32_000, validator=_positive)
     capped_max_output_tokens: int = attrs.field(default=8_000, validator=_positive)
     escalated_max_output_tokens: int = attrs.field(default=64_000, validator=_positive)
     max_output_tokens_env_override: int | None = attrs.field(default=None, validator=_opt_positive)
     max_turns: int | None = attrs.field(default=None, validator=_opt_positive)
-    query_source: str = "repl_main_thread"
-    agent_id: str | None = None
+    query_source: str = attrs.field(default="repl_main_thread", validator=_name)
+    agent_id: str | None = attrs.field(default=None, validator=_opt_name)
     # context thresholds (R-CTX-*)
     summary_output_reserve: int = attrs.field(default=20_000, validator=_non_negative)
     autocompact_buffer: int = attrs.field(default=13_000, validator=_non_negative)
     blocking_buffer: int = attrs.field(default=3_000, validator=_non_negative)
     max_autocompact_failures: int = attrs.field(default=3, validator=_positive)
-    autocompact_breaker_scope: Literal["turn", "session"] = "session"
+    autocompact_breaker_scope: Literal["turn", "session"] = attrs.field(
+        default="session", validator=_one_of("turn", "session")
+    )
     snip_buffer: int = attrs.field(default=20_000, validator=_non_negative)
     snip_keep_rounds: int = attrs.field(default=4, validator=_positive)
-    collapse_commit_pct: int = attrs.field(default=90, validator=_positive)
+    collapse_commit_pct: int = attrs.field(default=90, validator=_percent)
     collapse_keep_rounds: int = attrs.field(default=2, validator=_positive)
     microcompact_gap_ms: int = attrs.field(default=60 * 60 * 1000, validator=_positive)
     microcompact_keep_recent: int = attrs.field(default=5, validator=_positive)
@@ -145,28 +208,35 @@ class LoopConfig:
     strip_signatures_on_fallback: bool = attrs.field(default=True, validator=_bool)
     collapse_disables_auto_compact: bool = attrs.field(default=False, validator=_bool)
     # token budget (R-BUDGET-*)
-    budget_completion_pct: int = attrs.field(default=90, validator=_positive)
+    budget_completion_pct: int = attrs.field(default=90, validator=_percent)
     budget_diminishing_tokens: int = attrs.field(default=500, validator=_non_negative)
     budget_min_continuations: int = attrs.field(default=3, validator=_non_negative)
-    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
-    gates: Gates = attrs.field(factory=Gates)
-    compat: Compat = attrs.field(factory=Compat)
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_group(RetryPolicy))
+    gates: Gates = attrs.field(factory=Gates, validator=_group(Gates))
+    compat: Compat = attrs.field(factory=Compat, validator=_group(Compat))
 
     def __attrs_post_init__(self) -> None:
-        if self.autocompact_breaker_scope not in ("turn", "session"):
+        # the field validators ran first, so every value here has its type
+        cap = min(self.max_output_tokens, self.capped_max_output_tokens)
+        if self.escalated_max_output_tokens <= cap:
             raise ConfigError(
-                "autocompact_breaker_scope must be 'turn' or 'session', "
-                f"got {self.autocompact_breaker_scope!r}"
+                f"escalated_max_output_tokens {self.escalated_max_output_tokens} must be above "
+                f"the capped default {cap} (min of max_output_tokens and "
+                "capped_max_output_tokens): escalation may only raise the cap"
             )
-        if self.collapse_commit_pct > 100 or self.budget_completion_pct > 100:
-            raise ConfigError("percentages must be at most 100")
         if self.effective_window <= self.autocompact_buffer:
             raise ConfigError(
                 f"context_window {self.context_window} leaves no room: effective window "
-                f"{self.effective_window} <= autocompact buffer {self.autocompact_buffer}"
+                f"{self.effective_window} <= autocompact_buffer {self.autocompact_buffer}"
+            )
+        if self.effective_window <= self.blocking_buffer:
+            raise ConfigError(
+                f"blocking_buffer {self.blocking_buffer} is not below the effective window "
+                f"{self.effective_window} (context_window {self.context_window}): every turn "
+                "would end at the blocking limit before any model call"
             )
         if self.fallback_model is not None and self.fallback_model == self.model:
-            raise ConfigError("fallback_model must differ from model")
+            raise ConfigError(f"fallback_model must differ from model {self.model!r}")
 
     # --- derived thresholds (R-CTX-1) ---------------------------------------------------------
     # Computed once per config (step() reads them on every round); not fields, so they are

@@ -99,6 +99,28 @@ def _tool_names(messages: Sequence[Message]) -> dict[str, str]:
     return names
 
 
+_STUB_PREFIX = "[Context collapsed: "
+_MAX_COUNT_DIGITS = 18  # a count an int64 holds; a longer digit run is not a stub of ours
+
+
+def _prior_stub_count(m: Message) -> int | None:
+    """The N of an earlier stub of ours (``[Context collapsed: N earlier messages ...``), or
+    None when ``m`` is not one. Only the stub's exact shape counts: a message from outside that
+    merely says ``origin="collapse"`` (a compaction result can carry anything) stays in the head
+    untouched, so nothing is lost and nothing is parsed that was not written here."""
+    if not isinstance(m, UserMessage) or m.origin != "collapse" or len(m.content) != 1:
+        return None
+    block = m.content[0]
+    if not isinstance(block, TextBlock) or not block.text.startswith(_STUB_PREFIX):
+        return None
+    digits, _, rest = block.text[len(_STUB_PREFIX) :].partition(" ")
+    if not (digits.isascii() and digits.isdecimal() and len(digits) <= _MAX_COUNT_DIGITS):
+        return None
+    if not rest.startswith("earlier messages folded; tools used: "):
+        return None
+    return int(digits)
+
+
 def collapse(
     conv: Conversation,
     count: int,
@@ -117,11 +139,8 @@ def collapse(
     msgs = conv.messages()
     head, segs = segments(msgs)
     # An earlier stub sits at the end of the head; fold it into the new one.
-    prior = 0
-    if head and isinstance(head[-1], UserMessage) and head[-1].origin == "collapse":
-        prior_text = head[-1].content[0]
-        assert isinstance(prior_text, TextBlock)
-        prior = int(prior_text.text.split(" ", 3)[2])
+    prior = _prior_stub_count(head[-1]) if head else None
+    if prior is not None:
         head = head[:-1]
     folded = 0
     freed = 0
@@ -132,13 +151,11 @@ def collapse(
         return conv, 0, 0
     names = _tool_names([m for s in segs[:folded] for m in s])
     tools = ", ".join(sorted(set(names.values()))) or "none"
-    n = prior + sum(len(s) for s in segs[:folded])
+    n = (prior or 0) + sum(len(s) for s in segs[:folded])
     stub = UserMessage(
         id=stub_id,
         content=(
-            TextBlock(
-                text=f"[Context collapsed: {n} earlier messages folded; tools used: {tools}]"
-            ),
+            TextBlock(text=f"{_STUB_PREFIX}{n} earlier messages folded; tools used: {tools}]"),
         ),
         is_meta=True,
         origin="collapse",

@@ -7,7 +7,8 @@ as ``CallModel`` carry a ``Conversation`` without copying it; the shell material
 
 Token accounting follows the reference (specs/ R-TOK-1): the context size is the usage total of
 the last response with real usage, anchored at the *first* record of that response, plus a rough
-estimate (UTF-16 length / 4, rounded half up; images 2,000) of every message after the anchor.
+estimate (UTF-16 length / 4, rounded half up; images 2,000; an opaque block its JSON text) of
+every message after the anchor.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from reducer.messages import (
     Block,
     ImageBlock,
     Message,
+    OpaqueBlock,
     RedactedThinkingBlock,
     SystemMessage,
     TextBlock,
@@ -76,6 +78,10 @@ def _data_of(b: Any) -> str:
     return b.data  # type: ignore[no-any-return]
 
 
+def _raw_of(b: Any) -> str:
+    return b.raw  # type: ignore[no-any-return]
+
+
 # The text each block kind is estimated on (one dict lookup per block on the append path).
 _BLOCK_TEXT: dict[type, Any] = {
     TextBlock: _text_of,
@@ -83,6 +89,9 @@ _BLOCK_TEXT: dict[type, Any] = {
     ToolUseBlock: _tool_use_text,
     ThinkingBlock: _thinking_of,
     RedactedThinkingBlock: _data_of,
+    # the reference estimates a block it has no rule for on its JSON text; a text block's
+    # citations are not counted (only its text), as in the reference
+    OpaqueBlock: _raw_of,
 }
 
 

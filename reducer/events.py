@@ -54,7 +54,10 @@ class ModelBlockReceived:
     """A content block completed in the stream of model call ``call_id``.
 
     For a tool_use block, ``tool`` carries the traits and ``input_complete`` is False when the
-    input JSON was cut off (such a call never runs, R-TOOL-4).
+    input JSON was cut off (such a call never runs, R-TOOL-4; the same holds for an opaque
+    server block whose input was cut off). ``model`` is the model serving the response when
+    the client knows it at this point (None: the requested one, until ``ModelResponseEnded``
+    says which served it).
     """
 
     TAG: ClassVar[str] = "model_block_received"
@@ -62,18 +65,25 @@ class ModelBlockReceived:
     block: Block
     tool: ToolTraits | None = None
     input_complete: bool = True
+    model: str | None = None
     at_ms: int = 0
 
 
 @attrs.frozen(kw_only=True)
 class ModelResponseEnded:
-    """The response finished (message_stop) with this stop reason and usage."""
+    """The response finished (message_stop) with this stop reason and usage.
+
+    ``model`` is the model that served the response (the API's id, which may differ from the
+    alias requested). ``stop_details`` is the API's ``stop_details`` object as compact JSON
+    text (a refusal's category and explanation), None when the response had none.
+    """
 
     TAG: ClassVar[str] = "model_response_ended"
     call_id: int
     model: str
     stop_reason: str | None
     usage: Usage
+    stop_details: str | None = None
     at_ms: int = 0
 
 

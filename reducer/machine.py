@@ -30,7 +30,7 @@ Ids come from per-kind counters in the state [R-ID-1]; time comes from ``event.a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, assert_never
+from typing import Any, Final, TypeAlias, assert_never
 
 from reducer._replace import evolve as _fast_evolve
 from reducer.config import QUERY_SOURCES_NO_BLOCKING, LoopConfig
@@ -118,11 +118,22 @@ from reducer.transitions import (
     StopHookPrevented,
     Terminal,
     TokenBudgetContinuation,
+    Transition,
 )
 
-__all__ = ["TABLE", "allowed_events", "start", "step"]
+__all__ = ["TABLE", "Stepped", "advance", "allowed_events", "begin", "start", "step"]
 
-FX = list[Effect]
+
+class FX(list[Effect]):
+    """The effects one call of start() or step() returns, in order, and ``passed``: every
+    Continue and Terminal that call passed through, in order (a Continue whose next round ends
+    at once in ``blocking_limit`` is followed by that Terminal in the same call)."""
+
+    passed: tuple[Transition, ...] = ()
+
+
+Stepped: TypeAlias = tuple[LoopState, tuple[Effect, ...], tuple[Transition, ...]]
+"""What :func:`advance` and :func:`begin` return: the state, the effects, the transitions."""
 Handler = Callable[[LoopState, Any, LoopConfig, FX], LoopState]
 
 evolve = _fast_evolve
@@ -247,6 +258,11 @@ def start(
         The first state and its effects: the prompt is emitted, then the first round's
         pipeline runs (usually ending in ``CallModel``).
     """
+    s, fx = _open(request, config, session)
+    return s, tuple(fx)
+
+
+def _open(request: Request, config: LoopConfig, session: Session | None) -> tuple[LoopState, FX]:
     session = session or Session()
     content = (
         (TextBlock(text=request.prompt),) if isinstance(request.prompt, str) else request.prompt
@@ -266,9 +282,15 @@ def start(
     s, mid = _msg_id(s)
     prompt = UserMessage(id=mid, content=content, origin="prompt")
     s = evolve(s, conversation=s.conversation.append(prompt))
-    fx: FX = [Emit(item=prompt)]
-    s = _begin_round(s, config, fx, request.at_ms)
-    return s, tuple(fx)
+    fx = FX((Emit(item=prompt),))
+    return _begin_round(s, config, fx, request.at_ms), fx
+
+
+def begin(request: Request, config: LoopConfig, session: Session | None = None) -> Stepped:
+    """:func:`start`, with every transition it passed through (the first round can end at once
+    in ``blocking_limit``): ``(state, effects, transitions)``."""
+    s, fx = _open(request, config, session)
+    return s, tuple(fx), fx.passed
 
 
 # =============================================================================================
@@ -430,10 +452,11 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
         s = _discard_attempt(s, fx, tombstone=True)
         r = s.round
     block = e.block
-    if isinstance(block, ToolUseBlock) and not e.input_complete:
-        return s  # [R-TOOL-4] a truncated tool input is never emitted, stored or run
+    if not e.input_complete:
+        return s  # [R-TOOL-4] a truncated tool (or server tool) input is never emitted or stored
     n = s.ids.msg + 1
-    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=s.model, content=(block,))
+    model = e.model or s.model  # [R-MODEL-1] the serving model, once the client knows it
+    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,))
     fx.append(Emit(item=rec))
     blocks = (*r.blocks, rec)
     ids = evolve(s.ids, msg=n)
@@ -686,7 +709,7 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
     if _late_call(s, e):
         return s
     r = s.round
-    r = evolve(r, ended=True, stop_reason=e.stop_reason, usage=e.usage)
+    r = evolve(r, ended=True, stop_reason=e.stop_reason, usage=e.usage, blocks=_served(r, e))
     s = evolve(
         s,
         round=r,
@@ -713,6 +736,14 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             return _after_tools(s, cfg, fx, e.at_ms)
         return s
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _served(r: Round, e: ModelResponseEnded) -> tuple[AssistantMessage, ...]:
+    """[R-MODEL-1] the response's records name the model that served it (``e.model``)."""
+    served = e.model
+    if not served or all(b.model == served for b in r.blocks):
+        return r.blocks
+    return tuple(evolve(b, model=served) for b in r.blocks)
 
 
 def _emit_ready_summary(s: LoopState, fx: FX) -> LoopState:
@@ -1238,6 +1269,7 @@ def _continue(s: LoopState, cfg: LoopConfig, fx: FX, t: Continue, now: int) -> L
             )
         case _:
             assert_never(t)
+    fx.passed += (t,)
     return _begin_round(s, cfg, fx, now)
 
 
@@ -1251,6 +1283,7 @@ def _finish(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopSt
     if s.consumed_commands:  # [R-CMD-2] acknowledged only on a normal return
         fx.append(AcknowledgeCommands(command_ids=s.consumed_commands))
     fx.append(Finish(terminal=terminal))
+    fx.passed += (terminal,)
     return evolve(s, phase="done", transition=terminal)
 
 
@@ -1553,6 +1586,23 @@ def step(
     handler = TABLE[state.phase].get(type(event))
     if handler is None:
         raise IllegalEvent(state.phase, event, _ALLOWED[state.phase])
-    fx: FX = []
+    fx = FX()
     new = handler(state, event, config, fx)
     return new, tuple(fx)
+
+
+def advance(state: LoopState, event: Event, config: LoopConfig) -> Stepped:
+    """:func:`step`, with every transition it passed through, in order:
+    ``(state, effects, transitions)``.
+
+    ``transitions`` is empty for most events; it holds the Continue a round ended in (and, when
+    the next round ends at once in ``blocking_limit``, that Terminal after it), or the Terminal
+    that ended the turn. It is what happened, as data: no consumer needs to compare
+    ``state.transition`` objects to find out, and none is lost.
+    """
+    handler = TABLE[state.phase].get(type(event))
+    if handler is None:
+        raise IllegalEvent(state.phase, event, _ALLOWED[state.phase])
+    fx = FX()
+    new = handler(state, event, config, fx)
+    return new, tuple(fx), fx.passed

@@ -22,6 +22,7 @@ __all__ = [
     "ErrorInfo",
     "ImageBlock",
     "Message",
+    "OpaqueBlock",
     "RedactedThinkingBlock",
     "SystemMessage",
     "TextBlock",
@@ -37,8 +38,12 @@ __all__ = [
 
 @attrs.frozen(kw_only=True)
 class TextBlock:
+    """Text. ``citations`` is the API's ``citations`` value as received (compact JSON text:
+    a list, or ``null``), None when the block had no such key; it is sent back with the text."""
+
     TAG: ClassVar[str] = "text"
     text: str
+    citations: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -81,8 +86,31 @@ class ImageBlock:
     data: str
 
 
+@attrs.frozen(kw_only=True)
+class OpaqueBlock:
+    """A content block steploop does not model, kept exactly as the API sent it.
+
+    Server tool calls and their results (``server_tool_use``, ``web_search_tool_result``,
+    ``web_fetch_tool_result``, code-execution results, ``tool_search_tool_result``),
+    ``mcp_tool_use`` / ``mcp_tool_result``, ``compaction``, ``container_upload`` and any type
+    the API adds later. ``raw`` is the complete block as compact JSON text (keys in the order
+    received; a streamed block's deltas folded in); it is sent back to the API unchanged and
+    estimated as that text (specs/ R-TOK-1). ``block_type`` is its ``"type"``, for display.
+    """
+
+    TAG: ClassVar[str] = "opaque"
+    block_type: str
+    raw: str
+
+
 Block: TypeAlias = (
-    TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock
+    TextBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ImageBlock
+    | OpaqueBlock
 )
 
 

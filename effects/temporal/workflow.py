@@ -45,7 +45,8 @@ with workflow.unsafe.imports_passed_through():
         encode,
         opens,
         policy_answer,
-        withdraws,
+        withdrawn,
+        withdraws_any,
     )
     from effects.trace.format import DEFAULT_MESSAGE_WINDOW
     from effects.trace.provenance import _steploop_version
@@ -159,7 +160,7 @@ class TurnWorkflow:
         self._inbox: deque[Event] = deque()
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._fired: set[asyncio.Task[None]] = set()  # fire-and-forget activities
-        self._asks: dict[str, AskPermission] = {}
+        self._asks: dict[Key, AskPermission] = {}  # permissions a client must answer
         self._items: list[dict[str, Any]] = []
         self._items_base = 0
         self._state: LoopState | None = None
@@ -175,7 +176,8 @@ class TurnWorkflow:
     ) -> None:
         """Answer a pending permission request: allow, deny_by_rule or rejected_by_user.
         ``at_ms``: when the user answered (the client's clock; 0: the loop's last time)."""
-        ask = self._asks.pop(tool_use_id)
+        key = next(k for k, a in self._asks.items() if a.tool_use_id == tool_use_id)
+        ask = self._asks.pop(key)
         self._feed(
             PermissionAnswered(
                 generation=ask.generation,
@@ -190,7 +192,7 @@ class TurnWorkflow:
     def _check_answer(
         self, tool_use_id: str, decision: str, reason: str = "", at_ms: int = 0
     ) -> None:
-        if tool_use_id not in self._asks:
+        if not any(a.tool_use_id == tool_use_id for a in self._asks.values()):
             raise ValueError(f"no permission request is pending for {tool_use_id!r}")
         if decision not in DECISIONS:
             raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
@@ -399,14 +401,11 @@ class TurnWorkflow:
 
     def _apply(self, effect: Effect, config: LoopConfig, acknowledged: list[str]) -> None:
         inp = self._inp
-        for gone in withdraws(effect):
-            task = self._tasks.pop(gone, None)
-            if task is not None:
-                task.cancel()
-            if gone[0] == "tool":  # a permission still asked for is withdrawn with its tool
-                self._asks.pop(gone[1].split("/", 1)[1], None)
-        if withdraws(effect):
-            return
+        if withdraws_any(effect):  # a cancel, or a summary superseding the last one
+            for gone in [k for k in self._tasks if withdrawn(effect, k)]:
+                self._tasks.pop(gone).cancel()
+            for gone in [k for k in self._asks if withdrawn(effect, k)]:
+                del self._asks[gone]
         key = opens(effect)
         match effect:
             case Emit(item=item):
@@ -417,7 +416,8 @@ class TurnWorkflow:
                 if answer is not None:
                     self._feed(answer)
                 else:
-                    self._asks[effect.tool_use_id] = effect
+                    assert key is not None
+                    self._asks[key] = effect
             case CallModel():
                 assert key is not None
                 self._open(
@@ -506,7 +506,8 @@ class TurnWorkflow:
             case AcknowledgeCommands(command_ids=ids):
                 acknowledged.extend(ids)
             case _:  # the cancels are handled above; Finish by the loop
-                raise AssertionError(f"unexpected effect {effect!r}")
+                if not withdraws_any(effect):
+                    raise AssertionError(f"unexpected effect {effect!r}")
 
     def _decide(self, name: str) -> str:
         inp = self._inp

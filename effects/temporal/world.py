@@ -13,10 +13,12 @@ Every effect ``step()`` returns is one of four kinds here:
   ``AcknowledgeCommands`` and ``Emit`` (kept in the workflow, readable by queries);
 - ``Finish`` ends the turn.
 
-:func:`opens` and :func:`withdraws` give the key of what an effect opens or withdraws; the
-workflow keeps one task per open key. This is the matching a driver loop needs from any world;
-when steploop grows one driver loop over pluggable worlds, this table is what the Temporal
-world contributes to it.
+Which request an effect opens and which it withdraws is the world protocol's
+(:mod:`reducer.protocol`: ``opens``, ``withdrawn``; the same keys every world uses); the
+workflow keeps one task, or one pending question, per open key. The workflow's loop is its own
+(an async loop over Temporal's futures, timers and handlers), written to the protocol, so it
+can become a world of :mod:`reducer.drive` when that loop takes asynchronous worlds of this
+shape.
 
 Times: every event carries a time that the history holds, never ``workflow.now()`` (a
 workflow task's clock is not always the one its replay sees: a rejected update's speculative
@@ -36,23 +38,13 @@ from typing import Any, Literal, TypeAlias
 from reducer.effects import (
     AcknowledgeCommands,
     AskPermission,
-    CallModel,
-    CancelCompaction,
-    CancelModelCall,
-    CancelStopHooks,
-    CancelTools,
-    CancelWait,
-    Compact,
     Effect,
     Emit,
     Finish,
     PersistToolResult,
-    RunStopHooks,
-    StartTool,
-    SummarizeToolUse,
-    Wait,
 )
 from reducer.events import Event, PermissionAnswered
+from reducer.protocol import Key, opens, withdrawn, withdraws, withdraws_any
 from reducer.serialize import structure, unstructure
 
 __all__ = [
@@ -64,55 +56,12 @@ __all__ = [
     "kind_of",
     "opens",
     "policy_answer",
+    "withdrawn",
     "withdraws",
+    "withdraws_any",
 ]
 
-Key: TypeAlias = tuple[str, str]
-"""What an open effect is known by: its kind and its id (``("tool", "1/toolu_001")``)."""
-
 Kind: TypeAlias = Literal["opens", "withdraws", "fire_and_forget", "finish"]
-
-
-def _tool_key(generation: int, tool_use_id: str) -> Key:
-    return ("tool", f"{generation}/{tool_use_id}")
-
-
-def opens(effect: Effect) -> Key | None:
-    """The key of what ``effect`` opens (it answers later with events), else None."""
-    match effect:
-        case CallModel(call_id=cid):
-            return ("model", str(cid))
-        case StartTool(generation=g, tool_use_id=tid):
-            return _tool_key(g, tid)
-        case AskPermission(generation=g, tool_use_id=tid):
-            return ("permission", f"{g}/{tid}")
-        case Wait(wait_id=wid):
-            return ("wait", str(wid))
-        case Compact(compact_id=cid):
-            return ("compact", str(cid))
-        case RunStopHooks(hooks_id=hid):
-            return ("hooks", str(hid))
-        case SummarizeToolUse(summary_id=sid):
-            return ("summary", str(sid))
-        case _:
-            return None
-
-
-def withdraws(effect: Effect) -> tuple[Key, ...]:
-    """The keys ``effect`` withdraws (cancels), else ()."""
-    match effect:
-        case CancelModelCall(call_id=cid):
-            return (("model", str(cid)),)
-        case CancelTools(generation=g, tool_use_ids=ids):
-            return tuple(_tool_key(g, tid) for tid in ids)
-        case CancelWait(wait_id=wid):
-            return (("wait", str(wid)),)
-        case CancelCompaction(compact_id=cid):
-            return (("compact", str(cid)),)
-        case CancelStopHooks(hooks_id=hid):
-            return (("hooks", str(hid)),)
-        case _:
-            return ()
 
 
 def kind_of(effect: Effect) -> Kind:
@@ -121,7 +70,7 @@ def kind_of(effect: Effect) -> Kind:
         return "finish"
     if opens(effect) is not None:
         return "opens"
-    if withdraws(effect):
+    if withdraws_any(effect):
         return "withdraws"
     assert isinstance(effect, (PersistToolResult, AcknowledgeCommands, Emit)), effect
     return "fire_and_forget"

@@ -1,6 +1,13 @@
 """The shell's tool layer: the tool contract, the registry, and the built-in tools."""
 
-from effects.tools.base import Tool, ToolContext, ToolOutput, ToolRegistry, tool_use_error
+from effects.tools.base import (
+    Isolated,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    tool_use_error,
+)
 from effects.tools.builtin import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_RESULTS,
@@ -21,6 +28,7 @@ __all__ = [
     "Edit",
     "Glob",
     "Grep",
+    "Isolated",
     "Read",
     "Tool",
     "ToolContext",

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import anyio
 import attrs
@@ -26,9 +27,11 @@ from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignor
     best_match,
 )
 
+from effects.tools.watchdog import Guarded, StepOverrun, fired, run_isolated, watch
 from reducer.events import InterruptBehavior, ToolTraits
 
 __all__ = [
+    "Isolated",
     "Tool",
     "ToolContext",
     "ToolOutput",
@@ -45,10 +48,13 @@ class ToolContext:
     """What a running call may know of its surroundings.
 
     ``workspace`` is the session's root directory, already resolved (absolute, no symlinks).
+    ``timeout_s`` is the call's deadline, from its start; the registry uses it to end a call
+    whose steps hold the event loop past it (see :mod:`effects.tools.watchdog`).
     """
 
     workspace: Path
     tool_use_id: str
+    timeout_s: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -82,6 +88,11 @@ class Tool(Protocol):
     are never budgeted. ``interrupt`` says what a user interrupt does to a running call:
     "cancel" stops it, "block" lets it finish. ``cancels_siblings_on_error`` makes an error of
     this tool cancel the other calls of the same batch (like Bash).
+
+    Optionally, ``isolation = "thread"`` (not part of the protocol, read with getattr) runs
+    the tool's calls on an event loop of their own in a worker thread, so that a call that
+    blocks in ways cancellation cannot reach (a thread that cannot be abandoned, a shielded
+    wait, synchronous work) is left behind at its timeout; see :class:`Isolated`.
     """
 
     @property
@@ -128,7 +139,16 @@ def _plain(value: Any) -> Any:
 
 
 _ANNOTATIONS = frozenset(
-    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+    {
+        "description",
+        "title",
+        "default",
+        "examples",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
 )
 _PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: type(v) is str,
@@ -144,7 +164,10 @@ _PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
 def _quick_property(schema: Any) -> Callable[[Any], bool] | None:
     """A check for a property schema of a plain type, with ``minimum``/``maximum`` for
     integers; None for anything else."""
-    if not isinstance(schema, dict) or not set(schema) <= {"type", "minimum", "maximum"} | _ANNOTATIONS:
+    if (
+        not isinstance(schema, dict)
+        or not set(schema) <= {"type", "minimum", "maximum"} | _ANNOTATIONS
+    ):
         return None
     kind = schema.get("type")
     is_type = _PLAIN_TYPES.get(kind) if isinstance(kind, str) else None
@@ -302,6 +325,8 @@ class ToolRegistry:
         Unknown tool, invalid input, an exception from the tool and a call that outlives
         ``timeout_s`` seconds all give error outputs. Cancellation from outside propagates.
         """
+        if ctx.timeout_s is None:
+            ctx = attrs.evolve(ctx, timeout_s=timeout_s)
         with anyio.move_on_after(timeout_s):
             return await self.call(name, input, ctx)
         # Only reached when our own deadline cancelled the call.
@@ -310,7 +335,13 @@ class ToolRegistry:
     async def call(self, name: str, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         """:meth:`run` without a deadline, for a caller that bounds the call itself (the
         interpreter puts the deadline on the cancel scope it has for every call, and reports
-        :func:`timed_out` when it passes)."""
+        :func:`timed_out` when it passes).
+
+        With ``ctx.timeout_s`` set, each step of the tool's coroutine is watched: one that
+        holds the event loop past the deadline is interrupted and the call gives the timeout
+        result (:mod:`effects.tools.watchdog`). A tool with ``isolation = "thread"`` runs in a
+        worker thread on a loop of its own, and is left behind when the caller's deadline
+        (its cancel scope) passes."""
         tool = self._tools.get(name)
         if tool is None:
             return tool_use_error(f"Error: No such tool available: {name}")
@@ -321,7 +352,34 @@ class ToolRegistry:
         if problem is not None:
             return tool_use_error(f"InputValidationError: {problem}")
         try:
-            output = await tool.call(input, ctx)
+            if getattr(tool, "isolation", "inline") == "thread":
+                output = await run_isolated(partial(tool.call, input, ctx))
+            elif ctx.timeout_s is not None:
+                # The first step runs here, watched; a call that then waits goes on under
+                # Guarded. A call that finishes in its first step (most do) costs a token.
+                coro = tool.call(input, ctx)
+                token, slot, outer = watch(ctx.timeout_s)
+                waiting = False
+                try:
+                    first = coro.send(None)
+                    waiting = True
+                except StopIteration as done:
+                    output = done.value
+                except StepOverrun:
+                    if not fired(token):
+                        raise
+                    return timed_out(name, ctx.timeout_s)
+                finally:
+                    slot.token = outer  # between steps, no step of this call runs
+                if waiting:
+                    guarded = await Guarded(coro, first, token, slot, outer)
+                    if guarded is None:
+                        return timed_out(name, ctx.timeout_s)
+                    output = guarded
+                elif fired(token):
+                    return timed_out(name, ctx.timeout_s)
+            else:
+                output = await tool.call(input, ctx)
         except Exception as exc:
             return tool_use_error(f"Error calling tool {name}: {type(exc).__name__}: {exc}")
         if not isinstance(output, ToolOutput):
@@ -340,3 +398,49 @@ class ToolRegistry:
             }
             for tool in self._tools.values()
         ]
+
+
+class Isolated:
+    """``tool``, run with ``isolation = "thread"``: each call on an event loop of its own in a
+    worker thread, left behind at its deadline if it does not stop (its result is dropped).
+
+    For a third-party tool that blocks where cancellation cannot reach it. Its call must not
+    touch objects bound to the caller's event loop."""
+
+    isolation: Final = "thread"
+
+    def __init__(self, tool: Tool) -> None:
+        self._tool = tool
+
+    def __repr__(self) -> str:
+        return f"Isolated({self._tool!r})"
+
+    @property
+    def name(self) -> str:
+        return self._tool.name
+
+    @property
+    def description(self) -> str:
+        return self._tool.description
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]:
+        return self._tool.input_schema
+
+    @property
+    def max_result_chars(self) -> int | None:
+        return self._tool.max_result_chars
+
+    @property
+    def interrupt(self) -> InterruptBehavior:
+        return self._tool.interrupt
+
+    @property
+    def cancels_siblings_on_error(self) -> bool:
+        return self._tool.cancels_siblings_on_error
+
+    def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:
+        return self._tool.is_concurrency_safe(input)
+
+    async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await self._tool.call(input, ctx)

@@ -1,28 +1,31 @@
 """Built-in tools, each confined to one workspace directory.
 
-Every path a tool is given may be relative (to the workspace) or absolute; it is resolved,
-symlinks included, and refused unless the result lies inside the workspace. A path to a file
-that does not exist yet (Write) is judged by its real parent directory. A tool is bound to its
-workspace when it is built; ``ToolContext.workspace`` is not consulted, so a context can never
-widen what a tool may touch.
+Every path a tool is given may be relative (to the workspace) or absolute. It is walked from a
+descriptor of the workspace by :mod:`effects.tools.confine`, without the kernel ever following
+a link, and refused if it leads outside; what the walk checked (a descriptor) is what the tool
+then reads, writes or lists. A tool is bound to its workspace when it is built;
+``ToolContext.workspace`` is not consulted, so a context can never widen what a tool may touch.
 
 Problems the model can fix (a missing file, an ambiguous edit, a path outside the workspace)
-come back from ``call`` as ``<tool_use_error>`` outputs, never as exceptions.
+come back from ``call`` as ``<tool_use_error>`` outputs, never as exceptions. The file tools
+work in worker threads that a cancellation always gives up at once (see :func:`_guarded`).
 
 ``Bash`` is not confined: it runs in the workspace as its working directory, nothing more, and
-is therefore left out of :func:`builtin_tools` unless asked for.
+is therefore left out of :func:`builtin_tools` unless asked for. Its command and everything the
+command starts are killed when the call ends (:mod:`effects.procs`).
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import fnmatch
 import os
 import re
+import secrets
 import shlex
-import signal
 import stat
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -32,7 +35,9 @@ import anyio
 import anyio.abc
 import attrs
 
+from effects.procs import open_process_tree
 from effects.tools.base import Tool, ToolContext, ToolOutput, tool_use_error
+from effects.tools.confine import Refused, Walker, check_links, os_message
 from reducer.events import InterruptBehavior
 
 __all__ = [
@@ -52,6 +57,8 @@ DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
 DEFAULT_MAX_RESULTS = 500
 _MAX_GREP_LINE_CHARS = 500
 _SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class _ToolError(Exception):
@@ -77,125 +84,43 @@ def _resolve_workspace(workspace: Path | str) -> Path:
 
 
 # -- confinement -----------------------------------------------------------------------------
+#
+# The walk itself is effects.tools.confine: every path is walked from a descriptor of the
+# workspace without letting the kernel follow a link, and what was checked is what is used.
 
 
-def _display(root: Path, path: Path) -> str:
-    """``path`` relative to the workspace when it lies inside, else as given."""
-    try:
-        rel = path.relative_to(root)
-    except ValueError:
-        return str(path)
-    return rel.as_posix() if rel.parts else "."
+class _Abandoned(BaseException):
+    """Raised in a worker thread whose call was given up: it must not commit anything."""
 
 
-def _candidate(root: Path, raw: str) -> Path:
-    """``raw`` taken relative to the workspace (an absolute path stays as it is)."""
-    path = Path(raw)
-    if raw == "~" or raw.startswith("~/"):  # "~user" forms are taken as plain names
-        path = path.expanduser()
-    return root / path
+class _Guard:
+    """Shared by a call and its worker thread: the call sets ``cancelled`` when it gives up
+    waiting (a timeout, an interrupt, the end of the run), the worker polls it between units
+    of work and asks :meth:`commit` before the one step that changes the workspace."""
 
+    __slots__ = ("_committed", "_lock", "cancelled")
 
-def _loose_resolve(root: Path, raw: str) -> Path:
-    """Resolve ``raw`` against ``root`` as far as it exists and refuse anything outside."""
-    if not raw:
-        raise _ToolError("Path must not be empty")
-    if "\x00" in raw:
-        raise _ToolError("Path must not contain NUL characters")
-    try:
-        resolved = _candidate(root, raw).resolve(strict=False)
-    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop (Python < 3.13)
-        raise _ToolError(f"Cannot resolve path {raw}: {exc}") from exc
-    if not resolved.is_relative_to(root):
-        raise _ToolError(f"Path is outside the workspace {root}: {raw}")
-    return resolved
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._committed = False
+        self.cancelled = False
 
+    def cancel(self) -> None:
+        with self._lock:
+            if not self._committed:
+                self.cancelled = True
 
-def _existing_path(root: Path, raw: str) -> Path:
-    """The real path of an existing entry inside the workspace."""
-    _loose_resolve(root, raw)
-    try:
-        resolved = _candidate(root, raw).resolve(strict=True)
-    except FileNotFoundError as exc:
-        raise _ToolError(f"File does not exist: {raw}") from exc
-    except (OSError, RuntimeError) as exc:
-        raise _ToolError(f"Cannot resolve path {raw}: {exc}") from exc
-    if not resolved.is_relative_to(root):
-        raise _ToolError(f"Path is outside the workspace {root}: {raw}")
-    return resolved
+    def check(self) -> None:
+        if self.cancelled:
+            raise _Abandoned
 
-
-def _writable_path(root: Path, raw: str) -> Path:
-    """The real path a write to ``raw`` lands on: an existing file, or a new entry whose
-    nearest existing ancestor is a real directory inside the workspace."""
-    loose = _loose_resolve(root, raw)
-    if os.path.lexists(loose):
-        return _existing_path(root, raw)
-    ancestor = loose.parent
-    while not os.path.lexists(ancestor):
-        ancestor = ancestor.parent
-    try:
-        real_ancestor = ancestor.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        raise _ToolError(f"Cannot resolve path {raw}: {exc}") from exc
-    if not real_ancestor.is_relative_to(root):
-        raise _ToolError(f"Path is outside the workspace {root}: {raw}")
-    if not real_ancestor.is_dir():
-        raise _ToolError(f"Not a directory: {_display(root, real_ancestor)}")
-    return real_ancestor / loose.relative_to(ancestor)
-
-
-def _directory(root: Path, raw: str | None) -> Path:
-    if raw is None:
-        return root
-    path = _existing_path(root, raw)
-    if not path.is_dir():
-        raise _ToolError(f"Not a directory: {raw}")
-    return path
-
-
-def _read_bytes(path: Path, raw: str, max_bytes: int) -> bytes:
-    """Read a regular file without following a symlink swapped in after resolution."""
-    try:
-        # O_NONBLOCK: opening a FIFO must not hang; it is refused below like any non-file.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise _ToolError(_os_message(exc, raw)) from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if stat.S_ISDIR(st.st_mode):
-            raise _ToolError(f"Path is a directory, not a file: {raw}")
-        if not stat.S_ISREG(st.st_mode):
-            raise _ToolError(f"Not a regular file: {raw}")
-        if st.st_size > max_bytes:
-            raise _ToolError(
-                f"File is too large ({st.st_size} bytes; the limit is {max_bytes} bytes): {raw}"
-            )
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise _ToolError(f"File is too large (over the limit of {max_bytes} bytes): {raw}")
-    return data
-
-
-def _write_bytes(path: Path, raw: str, data: bytes) -> None:
-    """Write a regular file (created if missing), never through a late-swapped symlink."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise _ToolError(f"Not a regular file: {raw}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as exc:
-        raise _ToolError(_os_message(exc, raw)) from exc
-    with os.fdopen(fd, "wb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise _ToolError(f"Not a regular file: {raw}")
-        handle.truncate(0)
-        handle.write(data)
+    def commit(self) -> None:
+        """Claim the right to make the change; _Abandoned if the call was given up first.
+        The lock is never held across I/O, so the call never waits on the worker."""
+        with self._lock:
+            if self.cancelled:
+                raise _Abandoned
+            self._committed = True
 
 
 def _decode(data: bytes, raw: str) -> str:
@@ -205,25 +130,108 @@ def _decode(data: bytes, raw: str) -> str:
         raise _ToolError(f"File is not UTF-8 text: {raw}") from exc
 
 
-def _os_message(exc: OSError, raw: str) -> str:
-    if exc.errno == errno.ELOOP:
-        return f"Path changed to a symlink while in use: {raw}"
-    if exc.errno == errno.EISDIR:
-        return f"Path is a directory, not a file: {raw}"
-    reason = exc.strerror or type(exc).__name__
-    return f"{reason}: {raw}"
+def _read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd`` (stops early at end of file)."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
-async def _guarded(
-    func: Callable[[], ToolOutput], *, abandon_on_cancel: bool = False
-) -> ToolOutput:
-    """Run blocking ``func`` in a worker thread; a _ToolError or OSError becomes an error output."""
+def _open_regular(
+    walker: Walker, name: str, raw: str, max_bytes: int, allow_hard_links: bool
+) -> tuple[bytes, os.stat_result]:
+    """Open ``name`` in the walker's directory without following a link, check what was
+    opened (a regular file, one link unless allowed, within the size cap) and read it from
+    that descriptor."""
+    fd = walker.open_file(name)
     try:
-        return await anyio.to_thread.run_sync(func, abandon_on_cancel=abandon_on_cancel)
-    except _ToolError as exc:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise _ToolError(f"Path is a directory, not a file: {raw}")
+        if not stat.S_ISREG(st.st_mode):
+            raise _ToolError(f"Not a regular file: {raw}")
+        check_links(st, raw, allow_hard_links)
+        if st.st_size > max_bytes:
+            raise _ToolError(
+                f"File is too large ({st.st_size} bytes; the limit is {max_bytes} bytes): {raw}"
+            )
+        data = _read_fd(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise _ToolError(f"File is too large (over the limit of {max_bytes} bytes): {raw}")
+    return data, st
+
+
+def _replace(
+    walker: Walker, name: str, data: bytes, guard: _Guard, like: os.stat_result | None
+) -> None:
+    """Replace (or create) ``name`` in the walker's directory with ``data``, atomically: a
+    new file made with O_CREAT | O_EXCL | O_NOFOLLOW next to it, renamed over it, both
+    relative to the directory's descriptor. ``like``: the file it replaces (its permission
+    bits, and its owner where allowed, are kept)."""
+    top = walker.top
+    mode = 0o666 if like is None else stat.S_IMODE(like.st_mode) & 0o777
+    for _ in range(8):
+        tmp = f".steploop-{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                mode,
+                dir_fd=top,
+            )
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise _ToolError(os_message(exc, walker.raw)) from exc
+        break
+    else:
+        raise _ToolError(f"Could not create a temporary file next to {walker.raw}")
+    try:
+        try:
+            if like is not None:
+                os.fchmod(fd, mode)  # the umask may have narrowed it
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, like.st_uid, like.st_gid)
+            view = memoryview(data)
+            while view:
+                guard.check()
+                view = view[os.write(fd, view[: 1 << 20]) :]
+        finally:
+            os.close(fd)
+        guard.commit()
+        os.replace(tmp, name, src_dir_fd=top, dst_dir_fd=top)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=top)
+        raise
+
+
+async def _guarded(func: Callable[[_Guard], ToolOutput]) -> ToolOutput:
+    """Run blocking ``func`` in a worker thread; a _ToolError, Refused or OSError becomes an
+    error output.
+
+    The call can always be given up: on cancellation (a deadline, an interrupt, the end of
+    the run) it returns at once and the worker is abandoned. The worker sees the guard
+    cancelled at its next check and stops; a Write or Edit given up before its final rename
+    never changes the workspace.
+    """
+    guard = _Guard()
+    try:
+        return await anyio.to_thread.run_sync(func, guard, abandon_on_cancel=True)
+    except (_ToolError, Refused) as exc:
         return tool_use_error(str(exc))
     except OSError as exc:
         return tool_use_error(f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}")
+    finally:
+        guard.cancel()
 
 
 def _split_lines(text: str) -> list[str]:
@@ -243,6 +251,9 @@ class _WorkspaceTool:
     workspace: Path = attrs.field(converter=_resolve_workspace)
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_results: int = DEFAULT_MAX_RESULTS
+    #: Use regular files that have more than one hard link (refused by default: a hard link
+    #: can make a file from outside the workspace appear inside).
+    allow_hard_links: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -275,11 +286,15 @@ class Read(_WorkspaceTool):
         offset = int(input.get("offset", 1))
         limit = input.get("limit")
 
-        def work() -> ToolOutput:
-            path = _existing_path(self.workspace, raw)
-            if path.is_dir():
-                raise _ToolError(f"Path is a directory, not a file: {raw}")
-            text = _decode(_read_bytes(path, raw, self.max_file_bytes), raw)
+        def work(guard: _Guard) -> ToolOutput:
+            with Walker(self.workspace, raw) as walker:
+                name = walker.walk(walker.split(raw))
+                if name is None:
+                    raise _ToolError(f"Path is a directory, not a file: {raw}")
+                data, _ = _open_regular(
+                    walker, name, raw, self.max_file_bytes, self.allow_hard_links
+                )
+            text = _decode(data, raw)
             lines = _split_lines(text)
             if not lines:
                 return ToolOutput(content=f"(file is empty: {raw})")
@@ -321,25 +336,31 @@ class Write(_WorkspaceTool):
         raw = str(input["file_path"])
         data = str(input["content"]).encode("utf-8")
 
-        def work() -> ToolOutput:
+        def work(guard: _Guard) -> ToolOutput:
             if len(data) > self.max_file_bytes:
                 raise _ToolError(
                     f"Content is too large ({len(data)} bytes; the limit is "
                     f"{self.max_file_bytes} bytes)"
                 )
-            path = _writable_path(self.workspace, raw)
-            if path.is_dir():
-                raise _ToolError(f"Path is a directory, not a file: {raw}")
-            existed = path.exists()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # The directories just made are plain ones, but check the landing spot once more.
-            if not path.parent.resolve(strict=True).is_relative_to(self.workspace):
-                raise _ToolError(f"Path is outside the workspace {self.workspace}: {raw}")
-            _write_bytes(path, raw, data)
-            verb = "Updated" if existed else "Created"
-            return ToolOutput(
-                content=f"{verb} {_display(self.workspace, path)} ({len(data)} bytes)"
-            )
+            with Walker(self.workspace, raw) as walker:
+                name = walker.walk(walker.split(raw), create=True, before_change=guard.check)
+                if name is None:
+                    raise _ToolError(f"Path is a directory, not a file: {raw}")
+                try:
+                    st: os.stat_result | None = os.stat(
+                        name, dir_fd=walker.top, follow_symlinks=False
+                    )
+                except FileNotFoundError:
+                    st = None
+                if st is not None:
+                    if stat.S_ISDIR(st.st_mode):
+                        raise _ToolError(f"Path is a directory, not a file: {raw}")
+                    if not stat.S_ISREG(st.st_mode):
+                        raise _ToolError(f"Not a regular file: {raw}")
+                    check_links(st, raw, self.allow_hard_links)
+                _replace(walker, name, data, guard, st)
+                verb = "Updated" if st is not None else "Created"
+                return ToolOutput(content=f"{verb} {walker.display(name)} ({len(data)} bytes)")
 
         return await _guarded(work)
 
@@ -379,36 +400,40 @@ class Edit(_WorkspaceTool):
         new = str(input["new_string"])
         replace_all = bool(input.get("replace_all", False))
 
-        def work() -> ToolOutput:
+        def work(guard: _Guard) -> ToolOutput:
             if not old:
                 raise _ToolError("old_string must not be empty")
             if old == new:
                 raise _ToolError("old_string and new_string are the same; nothing to change")
-            path = _existing_path(self.workspace, raw)
-            if path.is_dir():
-                raise _ToolError(f"Path is a directory, not a file: {raw}")
-            text = _decode(_read_bytes(path, raw, self.max_file_bytes), raw)
-            count = text.count(old)
-            if count == 0:
-                raise _ToolError(f"String to replace not found in file: {raw}")
-            if count > 1 and not replace_all:
-                raise _ToolError(
-                    f"Found {count} matches of old_string in {raw}, but replace_all is false. "
-                    "Give more context to make it unique, or set replace_all to true."
+            with Walker(self.workspace, raw) as walker:
+                name = walker.walk(walker.split(raw))
+                if name is None:
+                    raise _ToolError(f"Path is a directory, not a file: {raw}")
+                data, st = _open_regular(
+                    walker, name, raw, self.max_file_bytes, self.allow_hard_links
                 )
-            updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-            data = updated.encode("utf-8")
-            if len(data) > self.max_file_bytes:
-                raise _ToolError(
-                    f"The edited file would be too large ({len(data)} bytes; the limit is "
-                    f"{self.max_file_bytes} bytes): {raw}"
-                )
-            _write_bytes(path, raw, data)
-            replaced = count if replace_all else 1
-            noun = "occurrence" if replaced == 1 else "occurrences"
-            return ToolOutput(
-                content=f"Replaced {replaced} {noun} in {_display(self.workspace, path)}"
-            )
+                text = _decode(data, raw)
+                count = text.count(old)
+                if count == 0:
+                    raise _ToolError(f"String to replace not found in file: {raw}")
+                if count > 1 and not replace_all:
+                    raise _ToolError(
+                        f"Found {count} matches of old_string in {raw}, but replace_all is "
+                        "false. Give more context to make it unique, or set replace_all to true."
+                    )
+                updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+                encoded = updated.encode("utf-8")
+                if len(encoded) > self.max_file_bytes:
+                    raise _ToolError(
+                        f"The edited file would be too large ({len(encoded)} bytes; the limit "
+                        f"is {self.max_file_bytes} bytes): {raw}"
+                    )
+                # The file read through the descriptor is the one replaced, by its name in the
+                # directory the walk holds open.
+                _replace(walker, name, encoded, guard, st)
+                replaced = count if replace_all else 1
+                noun = "occurrence" if replaced == 1 else "occurrences"
+                return ToolOutput(content=f"Replaced {replaced} {noun} in {walker.display(name)}")
 
         return await _guarded(work)
 
@@ -427,6 +452,75 @@ def _capped(lines: list[str], cap: int, what: str) -> str:
         return "\n".join(lines)
     shown = "\n".join(lines[:cap])
     return f"{shown}\n(results truncated: showing {cap} of {len(lines)} {what})"
+
+
+_GlobState = frozenset[int]
+
+
+class _GlobPattern:
+    """A glob pattern as a matcher over path components, walked along a tree: a state is
+    the set of pattern positions a directory has reached. ``**`` matches any number of
+    directories (0 included), ``*``, ``?`` and ``[...]`` match within one name (names
+    starting with a dot included, case-sensitively), as pathlib does on POSIX."""
+
+    def __init__(self, pattern: str) -> None:
+        parts = PurePosixPath(pattern).parts
+        if not parts:
+            raise _ToolError(f"Invalid glob pattern {pattern!r}: it names no file")
+        for part in parts:
+            if "**" in part and part != "**":
+                raise _ToolError(
+                    f"Invalid glob pattern {pattern!r}: Invalid pattern: '**' can only be an "
+                    "entire path component"
+                )
+        self.parts = parts
+        self._match = [
+            None if part == "**" else re.compile(fnmatch.translate(part)).match for part in parts
+        ]
+        self.start: _GlobState = self._closure(frozenset({0}))
+
+    def _closure(self, state: frozenset[int]) -> _GlobState:
+        out = set(state)
+        todo = list(state)
+        while todo:
+            i = todo.pop()
+            if i < len(self.parts) and self._match[i] is None and i + 1 not in out:
+                out.add(i + 1)
+                todo.append(i + 1)
+        return frozenset(out)
+
+    def visit(self, state: _GlobState, name: str, is_dir: bool) -> tuple[_GlobState | None, bool]:
+        last = len(self.parts) - 1
+        if not is_dir:
+            return None, any(
+                i == last and (m := self._match[i]) is not None and m(name) is not None
+                for i in state
+            )
+        nxt: set[int] = set()
+        for i in state:
+            m = self._match[i] if i <= last else None
+            if i <= last and m is None:
+                nxt.add(i)  # "**" takes this directory and stays
+            elif m is not None and i < last and m(name) is not None:
+                nxt.add(i + 1)
+        return (self._closure(frozenset(nxt)) if nxt else None), False
+
+
+def _link_target_file(walker: Walker, name: str) -> tuple[Walker, str] | None:
+    """The regular file inside the workspace that the symlink ``name`` (met in a tree walk)
+    leads to, followed by the confined walk: a walker standing in its directory, and its
+    name; None if it leads nowhere, outside, or to anything but a regular file."""
+    link = Walker(walker.root, walker.display(name), parent=walker)
+    try:
+        final = link.resolve_link(name)
+        if final is not None and stat.S_ISREG(
+            os.stat(final, dir_fd=link.top, follow_symlinks=False).st_mode
+        ):
+            return link, final
+    except (Refused, OSError):
+        pass
+    link.close()
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -456,37 +550,37 @@ class Glob(_WorkspaceTool):
         pattern = str(input["pattern"])
         raw_dir = input.get("path")
 
-        def work() -> ToolOutput:
+        def work(guard: _Guard) -> ToolOutput:
             _check_glob_pattern(pattern)
-            base = _directory(self.workspace, None if raw_dir is None else str(raw_dir))
+            matcher = _GlobPattern(pattern)
             found: set[str] = set()
-            try:
-                for match in base.glob(pattern):
-                    try:
-                        real = match.resolve(strict=True)
-                    except (OSError, RuntimeError):
-                        continue
-                    if real.is_relative_to(self.workspace) and real.is_file():
-                        found.add(_display(self.workspace, match))
-            except ValueError as exc:  # e.g. "**" that is not a whole path component
-                raise _ToolError(f"Invalid glob pattern {pattern!r}: {exc}") from exc
+            with Walker(self.workspace, "" if raw_dir is None else str(raw_dir)) as walker:
+                if raw_dir is not None:
+                    name = walker.walk(walker.split(str(raw_dir)))
+                    if name is not None:
+                        walker.enter(name)
+                for name, is_link in walker.tree(
+                    matcher.start, matcher.visit, stop=lambda: guard.cancelled
+                ):
+                    if is_link:
+                        target = _link_target_file(walker, name)
+                        if target is None:
+                            continue
+                        target[0].close()
+                    found.add(walker.display(name))
+            guard.check()
             if not found:
                 return ToolOutput(content="No files found")
             return ToolOutput(content=_capped(sorted(found), self.max_results, "files"))
 
-        return await _guarded(work, abandon_on_cancel=True)
+        return await _guarded(work)
 
 
-def _walk_files(base: Path) -> list[Path]:
-    """Files under ``base`` (or ``base`` itself), sorted by path; symlinked directories are
-    not descended into, and version-control directories are skipped."""
-    if not base.is_dir():
-        return [base]
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = [d for d in dirnames if d not in _SKIPPED_DIRS]
-        found.extend(Path(dirpath) / filename for filename in filenames)
-    return sorted(found, key=lambda path: path.as_posix())
+def _grep_visit(state: bool, name: str, is_dir: bool) -> tuple[bool | None, bool]:
+    """Grep's tree walk: every file, every directory but version-control ones."""
+    if is_dir:
+        return (None if name in _SKIPPED_DIRS else True), False
+    return None, True
 
 
 @attrs.frozen(kw_only=True)
@@ -526,35 +620,66 @@ class Grep(_WorkspaceTool):
             target = rel if "/" in str(file_glob) else rel.rsplit("/", 1)[-1]
             return fnmatch.fnmatchcase(target, str(file_glob))
 
-        def work() -> ToolOutput:
+        def work(guard: _Guard) -> ToolOutput:
             try:
                 regex = re.compile(pattern)
             except re.error as exc:
                 raise _ToolError(f"Invalid regular expression {pattern!r}: {exc}") from exc
-            root = self.workspace
-            base = root if raw_path is None else _existing_path(root, str(raw_path))
             matches: list[str] = []
             limit = self.max_results + 1  # one more than shown, to know we truncated
-            for path in _walk_files(base):
-                rel = _display(root, path)
-                if not wanted(rel):
-                    continue
+
+            def search(walker: Walker, name: str, rel: str, explicit: bool) -> None:
+                label = raw if explicit else rel
                 try:
-                    real = path.resolve(strict=True)
-                    if not real.is_relative_to(root) or not real.is_file():
-                        continue
-                    if real.stat().st_size > self.max_file_bytes:
-                        continue
-                    text = real.read_bytes().decode("utf-8")
-                except (OSError, RuntimeError, UnicodeDecodeError):
-                    continue
+                    data, _ = _open_regular(
+                        walker, name, label, self.max_file_bytes, self.allow_hard_links
+                    )
+                    text = data.decode("utf-8")
+                except Refused as exc:
+                    if explicit and "hard links" in str(exc):
+                        raise
+                    return
+                except (_ToolError, OSError, UnicodeDecodeError):
+                    return
                 for number, line in enumerate(_split_lines(text), start=1):
                     if regex.search(line):
                         matches.append(f"{rel}:{number}:{line[:_MAX_GREP_LINE_CHARS]}")
                         if len(matches) >= limit:
-                            break
-                if len(matches) >= limit:
-                    break
+                            return
+
+            raw = "" if raw_path is None else str(raw_path)
+            with Walker(self.workspace, raw) as walker:
+                single: str | None = None
+                if raw_path is not None:
+                    name = walker.walk(walker.split(raw))
+                    if name is not None:
+                        try:
+                            st = os.stat(name, dir_fd=walker.top, follow_symlinks=False)
+                        except OSError as exc:
+                            raise _ToolError(os_message(exc, raw)) from exc
+                        if stat.S_ISDIR(st.st_mode):
+                            walker.enter(name)
+                        else:
+                            single = name
+                if single is not None:
+                    rel = walker.display(single)
+                    if wanted(rel):
+                        search(walker, single, rel, explicit=True)
+                else:
+                    for name, is_link in walker.tree(
+                        True, _grep_visit, stop=lambda: guard.cancelled or len(matches) >= limit
+                    ):
+                        rel = walker.display(name)
+                        if not wanted(rel):
+                            continue
+                        if not is_link:
+                            search(walker, name, rel, explicit=False)
+                            continue
+                        target = _link_target_file(walker, name)
+                        if target is not None:
+                            with target[0] as link:
+                                search(link, target[1], rel, explicit=False)
+            guard.check()
             if not matches:
                 return ToolOutput(content="No matches found")
             if len(matches) > self.max_results:
@@ -564,7 +689,7 @@ class Grep(_WorkspaceTool):
                 )
             return ToolOutput(content="\n".join(matches))
 
-        return await _guarded(work, abandon_on_cancel=True)
+        return await _guarded(work)
 
 
 # -- Bash ------------------------------------------------------------------------------------
@@ -607,20 +732,15 @@ def is_read_only_command(command: str) -> bool:
     return bool(words) and words[0] in _READ_ONLY_COMMANDS
 
 
-def _kill_group(process: anyio.abc.Process) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 @attrs.frozen(kw_only=True)
 class Bash:
     """Run a shell command with the workspace as working directory (not sandboxed).
 
-    The command runs in its own process group; the whole group is killed when the call is
-    cancelled, times out or ends, so no child outlives the call. Output (stdout and stderr
-    together) is kept up to ``max_output_chars`` characters.
+    The command runs as a :class:`effects.procs.ProcessTree`: when the call is cancelled,
+    times out or ends, the command and everything it started are killed (on Linux even what
+    left the process group or session, and also when steploop itself is killed), so no
+    child outlives the call. Output (stdout and stderr together) is kept up to
+    ``max_output_chars`` characters.
     """
 
     name: ClassVar[str] = "Bash"
@@ -656,14 +776,16 @@ class Bash:
         max_bytes = self.max_output_chars * 4
         buffer = bytearray()
         truncated = False
-        process = await anyio.open_process(
-            [self.shell, "-c", command],
-            cwd=self.workspace,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # Shielded: a cancellation must not strike between the start and the moment the
+        # tree is held (the finally below is what ends it).
+        with anyio.CancelScope(shield=True):
+            process = await open_process_tree(
+                [self.shell, "-c", command],
+                cwd=self.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
         try:
             with anyio.move_on_after(self.timeout_s) as deadline:
                 assert process.stdout is not None
@@ -674,9 +796,7 @@ class Bash:
                     buffer.extend(chunk[: max(room, 0)])
                 await process.wait()
         finally:
-            with anyio.CancelScope(shield=True):
-                _kill_group(process)
-                await process.aclose()
+            await process.aclose()  # shielded: the whole tree is killed and reaped
 
         output = buffer.decode("utf-8", errors="replace")
         if len(output) > self.max_output_chars:
@@ -705,11 +825,20 @@ def builtin_tools(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     max_results: int = DEFAULT_MAX_RESULTS,
     bash_timeout_s: float = 120.0,
+    allow_hard_links: bool = False,
 ) -> list[Tool]:
-    """Read, Write, Edit, Glob and Grep confined to ``workspace``; Bash too if enabled."""
+    """Read, Write, Edit, Glob and Grep confined to ``workspace``; Bash too if enabled.
+
+    ``allow_hard_links`` lets the file tools use regular files with more than one hard link
+    (refused by default, see :mod:`effects.tools.confine`)."""
     root = _resolve_workspace(workspace)
     tools: list[Tool] = [
-        cls(workspace=root, max_file_bytes=max_file_bytes, max_results=max_results)
+        cls(
+            workspace=root,
+            max_file_bytes=max_file_bytes,
+            max_results=max_results,
+            allow_hard_links=allow_hard_links,
+        )
         for cls in (Read, Write, Edit, Glob, Grep)
     ]
     if enable_bash:

@@ -3,30 +3,21 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Final
-
-import attrs
 
 from reducer.config import LoopConfig
 from reducer.conversation import Conversation
 from reducer.effects import CallModel, Compact, Effect, Emit, Finish, RunStopHooks
-from reducer.errors import IllegalEvent
 from reducer.events import Event, ModelBlockReceived, ModelCallFailed, ModelResponseEnded
 from reducer.explore.world import MOT_REASONS
-from reducer.machine import step
 from reducer.messages import AssistantMessage, Message
 from reducer.state import LoopState
 from reducer.transitions import (
-    BlockingLimit,
-    CollapseDrainRetry,
+    CONTINUE_TYPES,
     Continue,
-    MaxOutputTokensEscalate,
-    MaxOutputTokensRecovery,
     NextTurn,
-    ReactiveCompactRetry,
-    StopHookBlocking,
     Terminal,
     TokenBudgetContinuation,
+    Transition,
 )
 
 # =============================================================================================
@@ -63,7 +54,8 @@ class Observation:
     * ``emitted``, ``api_errors`` (API-error assistant messages emitted), ``calls``
       (CallModel effects), ``compacts``, ``hooks`` (RunStopHooks), ``terminal`` (the
       Terminal of a Finish, if any);
-    * ``continued``: the Continue transition the step took (see :meth:`_continued`);
+    * ``transitions``: every Continue and Terminal the step passed through, in order (what
+      :func:`reducer.machine.advance` reports); ``continued``: the Continue among them;
     * ``round_began``: a round started in this step (the first one, or after a Continue);
     * ``current_call_event``, ``failure_kind``, ``mot_ladder``: what the model answered;
     * ``progress``: a progress step of INV-13;
@@ -77,12 +69,14 @@ class Observation:
         event: Event | None,
         effects: tuple[Effect, ...],
         next_state: LoopState,
+        transitions: tuple[Transition, ...],
     ) -> None:
         self.config = config
         self.state = state
         self.event = event
         self.effects = effects
         self.next = next_state
+        self.transitions = transitions
         emitted: list[object] = []
         calls: list[CallModel] = []
         compacts: list[Compact] = []
@@ -132,34 +126,11 @@ class Observation:
         )
 
     def _continued(self) -> Continue | None:
-        """The Continue transition this step took, if any.
-
-        Read from ``next.transition`` (a new object each time a round ends). When the next
-        round ended at once in ``blocking_limit``, the Continue before it was overwritten; it
-        is recovered by taking the same step with the blocking check off (query source
-        ``session_memory`` skips it, and nothing before the check reads the source).
-        """
-        s = self.state
-        if s is None:
-            return None
-        t = self.next.transition
-        if t is s.transition:
-            return None
-        if isinstance(t, _CONTINUES):
-            return t
-        if isinstance(t, BlockingLimit) and s.phase != "compacting" and self.event is not None:
-            cfg = self.config
-            keep_subagent = "subagent" if cfg.is_subagent and cfg.agent_id is None else None
-            alt = attrs.evolve(
-                cfg, query_source="session_memory", agent_id=cfg.agent_id or keep_subagent
-            )
-            try:
-                nxt, _ = step(s, self.event, alt)
-            except IllegalEvent:  # pragma: no cover - the same event was legal a moment ago
-                return None
-            t2 = nxt.transition
-            if t2 is not s.transition and isinstance(t2, _CONTINUES):
-                return t2
+        """The Continue transition this step took, if any (at most one: a Continue starts the
+        next round, which waits for the world or ends at once in a Terminal)."""
+        for t in self.transitions:
+            if isinstance(t, CONTINUE_TYPES):
+                return t
         return None
 
     @cached_property
@@ -177,14 +148,3 @@ class Observation:
                 return c.pre_tokens
         conv = self.calls[-1].conversation if self.calls else self.next.conversation
         return max(0, conv.token_count() - self.next.tokens_freed)
-
-
-_CONTINUES: Final = (
-    NextTurn,
-    ReactiveCompactRetry,
-    MaxOutputTokensRecovery,
-    MaxOutputTokensEscalate,
-    CollapseDrainRetry,
-    StopHookBlocking,
-    TokenBudgetContinuation,
-)

@@ -29,7 +29,7 @@ from reducer.explore.observation import Observation
 from reducer.explore.report import Counterexample, ExploreProgress, InvariantResult, Report
 from reducer.explore.state_graph import _BLOCKING, _PROGRESS, _Graph
 from reducer.explore.world import Move, World, moves
-from reducer.machine import start, step
+from reducer.machine import advance, begin
 from reducer.state import LoopState, Request, Session
 from reducer.transitions import StopHookBlocking
 
@@ -141,8 +141,8 @@ def explore(
                     firsts[i] = cex(node, extra, invs[i].id, bad)
 
     # the start transition
-    s0, fx0 = start(request, config, session)
-    o0 = Observation(config, None, None, fx0, s0)
+    s0, fx0, passed0 = begin(request, config, session)
+    o0 = Observation(config, None, None, fx0, s0, passed0)
     mons0, exs0, bads0 = check_step(invs, initial_monitors(invs, config, request, session), o0)
     root = g.add((absn.key(s0), mons0), s0, mons0, -1, None, len(o0.calls), 0)
     record(exs0, bads0, root, ())
@@ -200,7 +200,7 @@ def explore(
             failed = False
             for ev in mv.events:
                 try:
-                    nxt, fx = step(cur, ev, config)
+                    nxt, fx, passed = advance(cur, ev, config)
                 except Exception as exc:  # specs/ M-5: only IllegalEvent, and never for these
                     if len(errors) < 20:
                         errors.append(
@@ -208,7 +208,7 @@ def explore(
                         )
                     failed = True
                     break
-                o = Observation(config, cur, ev, fx, nxt)
+                o = Observation(config, cur, ev, fx, nxt, passed)
                 mons, exs, bads = check_step(invs, mons, o)
                 if any(exs) or any(b is not None for b in bads):
                     record(exs, bads, n, [mv])
@@ -307,10 +307,10 @@ def _probe_done(
     """INV-12: after Finish, step() must refuse even an interrupt (legal in every other phase)."""
     probe = Interrupted(kind="hard")
     try:
-        nxt, fx = step(s, probe, config)
+        nxt, fx, passed = advance(s, probe, config)
     except IllegalEvent:
         return
-    o = Observation(config, s, probe, fx, nxt)
+    o = Observation(config, s, probe, fx, nxt, passed)
     exs = [False] * len(invs)
     bads: list[str | None] = [None] * len(invs)
     for i, inv in enumerate(invs):

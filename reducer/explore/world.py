@@ -29,6 +29,7 @@ from reducer.events import (
 from reducer.explore.abstraction import Abstraction
 from reducer.machine import step
 from reducer.messages import Message, SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
+from reducer.protocol import awaiting
 from reducer.state import LoopState
 
 MOT_REASONS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
@@ -130,101 +131,110 @@ def _compacted(compact_id: int) -> tuple[Message, ...]:
 
 
 def moves(state: LoopState, config: LoopConfig, world: World | None = None) -> tuple[Move, ...]:
-    """Every answer of the world alphabet that is legal in ``state`` (none once it is done).
+    """Every answer of the world alphabet to what ``state`` waits for, then the interrupts
+    (none once it is done).
 
-    The events are computed from the state: the current call id, the tool generation, the
-    slots waiting for a permission or a result, the outstanding wait, compaction or hooks.
+    The requests come from :func:`reducer.protocol.awaiting`, in its order: the model call,
+    the tool slots (a permission request or a tool run), the wait, compaction or stop hooks.
+    The alphabet has no answer for a summary, which therefore stays outstanding.
     """
     w = world or World()
-    phase = state.phase
-    if phase == "done":
+    if state.phase == "done":
         return ()
     r = state.round
     out: list[Move] = []
-    usages = _usages(config, w)
-    if phase == "streaming" and not r.ended:
-        cid = r.call_id
-        model = state.model
-        k = len(r.blocks) + 1
-
-        def end(reason: str, u: Usage) -> ModelResponseEnded:
-            return ModelResponseEnded(call_id=cid, model=model, stop_reason=reason, usage=u)
-
-        def tool(kind: str) -> ModelBlockReceived:
-            name, traits = ("Read", SAFE_TOOL) if kind == "safe" else ("Edit", UNSAFE_TOOL)
-            block = ToolUseBlock(id=f"t{cid}.{k}", name=name, input={"file_path": "a.py"})
-            return ModelBlockReceived(call_id=cid, block=block, tool=traits)
-
-        if not r.blocks:
-            text = ModelBlockReceived(call_id=cid, block=TextBlock(text="Done."))
-            for c, u in usages:
-                out.append(Move(f"reply:{c}", (text, end("end_turn", u))))
-            if w.truncation:
-                cut = ToolUseBlock(id=f"t{cid}.cut", name="Edit", input={"file_path": "a"})
-                cut_ev = ModelBlockReceived(
-                    call_id=cid, block=cut, tool=UNSAFE_TOOL, input_complete=False
+    slots = {sl.tool_use_id: i for i, sl in enumerate(r.slots)}
+    for key in awaiting(state):
+        kind = key[0]
+        if kind == "call_model":
+            out.extend(_model_moves(state, config, w, key[1]))
+        elif kind == "ask_permission":
+            gen, tid = key[1], key[2]
+            for d in w.permissions:
+                ev: Event = PermissionAnswered(
+                    generation=gen,
+                    tool_use_id=tid,
+                    decision=d,  # type: ignore[arg-type]
                 )
-                for c, u in usages:
-                    out.append(Move(f"max_tokens:{c}", (text, end("max_tokens", u))))
-                    out.append(Move(f"cut_tool:{c}", (cut_ev, end("max_tokens", u))))
-        if len(r.slots) < w.max_tools:
-            for kind in w.tool_kinds:
-                out.append(Move(f"tool:{kind}", (tool(kind),)))
-        if r.slots:
-            for c, u in usages:
-                out.append(Move(f"end_tools:{c}", (end("tool_use", u),)))
-            if w.truncation:
-                out.append(Move("end_tools:max_tokens", (end("max_tokens", usages[0][1]),)))
-        for kind in w.failures:
-            status = {"overloaded": 529, "rate_limited": 429, "prompt_too_long": 400}.get(kind)
+                out.append(Move(f"permission:{slots[tid]}:{d}", (ev,)))
+        elif kind == "start_tool":
+            gen, tid = key[1], key[2]
+            for o in w.tool_outcomes:
+                ev = ToolFinished(
+                    generation=gen,
+                    tool_use_id=tid,
+                    content="ok" if o != "error" else "failed",
+                    is_error=o == "error",
+                    hook_stopped=o == "hook_stop",
+                )
+                out.append(Move(f"finish:{slots[tid]}:{o}", (ev,)))
+        elif kind == "compact":
+            pid = key[1]
             out.append(
-                Move(f"fail:{kind}", (ModelCallFailed(call_id=cid, kind=kind, status=status),))
+                Move("compact:ok", (CompactionFinished(compact_id=pid, messages=_compacted(pid)),))
             )
-    if phase in ("streaming", "running_tools", "draining"):
-        gen = r.generation
-        for i, sl in enumerate(r.slots):
-            if sl.status == "asking":
-                for d in w.permissions:
-                    ev: Event = PermissionAnswered(
-                        generation=gen,
-                        tool_use_id=sl.tool_use_id,
-                        decision=d,  # type: ignore[arg-type]
-                    )
-                    out.append(Move(f"permission:{i}:{d}", (ev,)))
-            elif sl.status == "running":
-                for o in w.tool_outcomes:
-                    ev = ToolFinished(
-                        generation=gen,
-                        tool_use_id=sl.tool_use_id,
-                        content="ok" if o != "error" else "failed",
-                        is_error=o == "error",
-                        hook_stopped=o == "hook_stop",
-                    )
-                    out.append(Move(f"finish:{i}:{o}", (ev,)))
-    elif phase in ("compacting", "reactive_compacting"):
-        pid = r.pending_id
-        out.append(
-            Move("compact:ok", (CompactionFinished(compact_id=pid, messages=_compacted(pid)),))
-        )
-        out.append(Move("compact:fail", (CompactionFailed(compact_id=pid, reason="failed"),)))
-    elif phase == "waiting_retry":
-        out.append(Move("wait:elapsed", (WaitElapsed(wait_id=r.pending_id),)))
-    elif phase == "stop_hooks":
-        pid = r.pending_id
-        answers = {
-            "pass": StopHooksFinished(hooks_id=pid, hook_count=1),
-            "block": StopHooksFinished(
-                hooks_id=pid, blocking_errors=("fix the test",), hook_count=1
-            ),
-            "prevent": StopHooksFinished(
-                hooks_id=pid, prevent=True, stop_reason="halt", hook_count=1
-            ),
-        }
-        for a in w.stop_hooks:
-            out.append(Move(f"hooks:{a}", (answers[a],)))
+            out.append(Move("compact:fail", (CompactionFailed(compact_id=pid, reason="failed"),)))
+        elif kind == "wait":
+            out.append(Move("wait:elapsed", (WaitElapsed(wait_id=key[1]),)))
+        elif kind == "run_stop_hooks":
+            pid = key[1]
+            answers = {
+                "pass": StopHooksFinished(hooks_id=pid, hook_count=1),
+                "block": StopHooksFinished(
+                    hooks_id=pid, blocking_errors=("fix the test",), hook_count=1
+                ),
+                "prevent": StopHooksFinished(
+                    hooks_id=pid, prevent=True, stop_reason="halt", hook_count=1
+                ),
+            }
+            for a in w.stop_hooks:
+                out.append(Move(f"hooks:{a}", (answers[a],)))
     for kind in w.interrupts:
         out.append(Move(f"interrupt:{kind}", (Interrupted(kind=kind),)))  # type: ignore[arg-type]
     return tuple(out)
+
+
+def _model_moves(state: LoopState, config: LoopConfig, w: World, cid: int) -> list[Move]:
+    """The answers to model call ``cid``: replies at each usage class, truncations, a tool
+    call of each kind while there is room, the end of a tool response, the failures."""
+    r = state.round
+    out: list[Move] = []
+    usages = _usages(config, w)
+    model = state.model
+    k = len(r.blocks) + 1
+
+    def end(reason: str, u: Usage) -> ModelResponseEnded:
+        return ModelResponseEnded(call_id=cid, model=model, stop_reason=reason, usage=u)
+
+    def tool(kind: str) -> ModelBlockReceived:
+        name, traits = ("Read", SAFE_TOOL) if kind == "safe" else ("Edit", UNSAFE_TOOL)
+        block = ToolUseBlock(id=f"t{cid}.{k}", name=name, input={"file_path": "a.py"})
+        return ModelBlockReceived(call_id=cid, block=block, tool=traits)
+
+    if not r.blocks:
+        text = ModelBlockReceived(call_id=cid, block=TextBlock(text="Done."))
+        for c, u in usages:
+            out.append(Move(f"reply:{c}", (text, end("end_turn", u))))
+        if w.truncation:
+            cut = ToolUseBlock(id=f"t{cid}.cut", name="Edit", input={"file_path": "a"})
+            cut_ev = ModelBlockReceived(
+                call_id=cid, block=cut, tool=UNSAFE_TOOL, input_complete=False
+            )
+            for c, u in usages:
+                out.append(Move(f"max_tokens:{c}", (text, end("max_tokens", u))))
+                out.append(Move(f"cut_tool:{c}", (cut_ev, end("max_tokens", u))))
+    if len(r.slots) < w.max_tools:
+        for kind in w.tool_kinds:
+            out.append(Move(f"tool:{kind}", (tool(kind),)))
+    if r.slots:
+        for c, u in usages:
+            out.append(Move(f"end_tools:{c}", (end("tool_use", u),)))
+        if w.truncation:
+            out.append(Move("end_tools:max_tokens", (end("max_tokens", usages[0][1]),)))
+    for kind in w.failures:
+        status = {"overloaded": 529, "rate_limited": 429, "prompt_too_long": 400}.get(kind)
+        out.append(Move(f"fail:{kind}", (ModelCallFailed(call_id=cid, kind=kind, status=status),)))
+    return out
 
 
 def apply_move(

@@ -50,9 +50,10 @@ from reducer.explore import (
     expected_breaks,
     initial_monitors,
 )
-from reducer.machine import start, step
+from reducer.machine import advance, begin, step
 from reducer.state import LoopState, Request, Session
 from reducer.testing.strategies import configs, moves_for, requests
+from reducer.transitions import Transition
 
 __all__ = ["InvariantViolation", "LoopMachine"]
 
@@ -133,16 +134,16 @@ class LoopMachine(RuleBasedStateMachine):
         self.model_answers = 0
         self._seen = {}
         self._monitors = initial_monitors(self._invs, self.config, request, session)
-        s, fx = start(request, self.config, session)
-        self._observe(None, None, fx, s)
+        s, fx, passed = begin(request, self.config, session)
+        self._observe(None, None, fx, s, passed)
 
     def feed(self, event: Event) -> None:
         """Step the machine with one event and check every rule on the transition."""
         assert self.config is not None and self.state is not None
         before = self.state
-        nxt, fx = step(before, event, self.config)
+        nxt, fx, passed = advance(before, event, self.config)
         self.trace.append(event)
-        self._observe(before, event, fx, nxt)
+        self._observe(before, event, fx, nxt, passed)
 
     def _observe(
         self,
@@ -150,9 +151,10 @@ class LoopMachine(RuleBasedStateMachine):
         event: Event | None,
         fx: tuple[Effect, ...],
         nxt: LoopState,
+        passed: tuple[Transition, ...],
     ) -> None:
         assert self.config is not None
-        o = Observation(self.config, state, event, fx, nxt)
+        o = Observation(self.config, state, event, fx, nxt, passed)
         self._monitors, _, bads = check_step(self._invs, self._monitors, o)
         for inv, checked, bad in zip(self._invs, self._checked, bads, strict=True):
             if checked and bad is not None:

@@ -274,7 +274,7 @@ CASES: list[tuple[str, Callable[[list[str]], bytes], str]] = [
     (
         "bad_json_middle.jsonl",
         lines_op(_bad_json),
-        "5: not valid JSON: Expecting ',' delimiter at column 358",
+        "5: not valid JSON: Expecting ',' delimiter at column 388",
     ),
     (
         "unknown_event_type.jsonl",
@@ -289,7 +289,7 @@ CASES: list[tuple[str, Callable[[list[str]], bytes], str]] = [
     (
         "unknown_block_type.jsonl",
         edit(5, _set_block_type),
-        "5: step 1: event: unknown type 'video'; expected one of image, redacted_thinking, "
+        "5: step 1: event: unknown type 'video'; expected one of image, opaque, redacted_thinking, "
         "text, thinking, tool_result, tool_use @ $.block",
     ),
     (

@@ -167,11 +167,13 @@ def _spawner_script(tmp_path: Path) -> Path:
 
 @pytest.mark.anyio
 async def test_command_exit_2_blocks_with_stderr(tmp_path: Path, hook_script: Path) -> None:
-    """Exit code 2 is a blocking error whose reason is stderr (the script read the transcript)."""
-    finished = await _run([CommandStopHook([str(hook_script), "exit2"], 10)], tmp_path)
+    """Exit code 2 is a blocking error: ``[<command>]: <stderr>``, as Claude Code words the
+    feedback (the script read the transcript)."""
+    hook = CommandStopHook([str(hook_script), "exit2"], 10)
+    finished = await _run([hook], tmp_path)
     assert finished == StopHooksFinished(
         hooks_id=7,
-        blocking_errors=("stderr says: 2 assistant records, 1 tool uses",),
+        blocking_errors=(f"[{hook.name}]: stderr says: 2 assistant records, 1 tool uses",),
         hook_count=1,
     )
 
@@ -180,11 +182,10 @@ async def test_command_exit_2_blocks_with_stderr(tmp_path: Path, hook_script: Pa
 async def test_command_exit_2_without_stderr_has_a_placeholder(
     tmp_path: Path, hook_script: Path
 ) -> None:
-    """Exit code 2 with empty stderr still blocks, with a clear placeholder reason."""
-    result = await CommandStopHook([str(hook_script), "exit2-silent"], 10)(
-        StopHookInput(session_id=SESSION, transcript_path=str(tmp_path / "t.jsonl"))
-    )
-    assert result.blocking_error == "Stop hook exited with code 2 and no stderr output"
+    """Exit code 2 with empty stderr still blocks, with Claude Code's placeholder."""
+    hook = CommandStopHook([str(hook_script), "exit2-silent"], 10)
+    result = await hook(StopHookInput(session_id=SESSION, transcript_path=str(tmp_path / "t.jsonl")))
+    assert result.blocking_error == f"[{hook.name}]: No stderr output"
     assert result.error is None
 
 
@@ -249,20 +250,20 @@ async def test_payload_and_stop_hook_active_pass_through(
     tmp_path: Path, hook_script: Path, active: bool
 ) -> None:
     """The stdin payload has Claude Code's keys; stop_hook_active reaches the script."""
-    finished = await _run(
-        [CommandStopHook([str(hook_script), "active"], 10)], tmp_path, active=active
-    )
+    hook = CommandStopHook([str(hook_script), "active"], 10)
+    finished = await _run([hook], tmp_path, active=active)
     seen = json.loads((tmp_path / "payload.json").read_text())
     assert seen["payload"] == {
         "session_id": SESSION,
         "transcript_path": str(tmp_path / "t.jsonl"),
         "cwd": str(tmp_path),
+        "permission_mode": "default",
         "hook_event_name": "Stop",
         "stop_hook_active": active,
     }
     assert seen["cwd"] == str(tmp_path)
     assert seen["project_dir"] == str(tmp_path)
-    assert finished.blocking_errors == (() if active else ("keep going",))
+    assert finished.blocking_errors == (() if active else (f"[{hook.name}]: keep going",))
 
 
 @pytest.mark.anyio
@@ -508,3 +509,78 @@ def test_fold_results_directly() -> None:
     )
     assert folded.error == "a; b"
     assert folded.prevent and folded.stop_reason == ""
+
+
+# -- Claude Code's protocol, field by field -------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_permission_mode_and_subagent_fields_reach_the_hook(
+    tmp_path: Path, hook_script: Path
+) -> None:
+    """``permission_mode`` is on every payload (a plan-mode hook can engage); SubagentStop
+    payloads carry the agent's type and id."""
+    hooks = StopHooks(
+        [CommandStopHook([str(hook_script), "pass"], 10)],
+        permission_mode="plan",
+        agent_type="Explore",
+        agent_id="a1",
+    )
+    await hooks.run(_effect(), session_id=SESSION, transcript_path="t", cwd=str(tmp_path))
+    seen = json.loads((tmp_path / "payload.json").read_text())["payload"]
+    assert seen["permission_mode"] == "plan" and "agent_type" not in seen
+    await hooks.run(
+        _effect(), session_id=SESSION, transcript_path="t", cwd=str(tmp_path), event_name="SubagentStop"
+    )
+    seen = json.loads((tmp_path / "payload.json").read_text())["payload"]
+    assert (seen["hook_event_name"], seen["agent_type"], seen["agent_id"]) == ("SubagentStop", "Explore", "a1")
+    with pytest.raises(ValueError, match="permission_mode"):
+        StopHooks([], permission_mode="yolo")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_plugin_root_is_set_or_the_hook_is_not_started(tmp_path: Path) -> None:
+    """A plugin hook gets CLAUDE_PLUGIN_ROOT; without it, a command that uses it is a hook
+    error (not an exit-2 block on a missing file)."""
+    (tmp_path / "plugin" / "hooks").mkdir(parents=True)
+    script = tmp_path / "plugin" / "hooks" / "stop.sh"
+    script.write_text('#!/bin/sh\necho "root=$CLAUDE_PLUGIN_ROOT" >&2\nexit 2\n')
+    script.chmod(0o755)
+    command = "${CLAUDE_PLUGIN_ROOT}/hooks/stop.sh"
+    env = {k: v for k, v in os.environ.items() if k != "CLAUDE_PLUGIN_ROOT"}
+    payload = StopHookInput(session_id=SESSION, transcript_path="t", cwd=str(tmp_path))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "environ", env)
+        unset = await CommandStopHook(command, 10)(payload)
+    assert unset.blocking_error is None and unset.error is not None
+    assert "CLAUDE_PLUGIN_ROOT" in unset.error and "--plugin" in unset.error
+    hook = CommandStopHook(command, 10, env={"CLAUDE_PLUGIN_ROOT": str(tmp_path / "plugin")})
+    result = await hook(payload)
+    assert result.blocking_error == f"[{command}]: root={tmp_path / 'plugin'}"
+
+
+@pytest.mark.anyio
+async def test_exit_2_from_a_missing_script_is_an_error_not_a_block(tmp_path: Path) -> None:
+    """The shell or python failing to find the hook's script (exit 2) is a broken hook."""
+    payload = StopHookInput(session_id=SESSION, transcript_path="t", cwd=str(tmp_path))
+    for command in (f"cd {tmp_path}/nope && ./x.sh", f"{sys.executable} {tmp_path}/nope.py"):
+        result = await CommandStopHook(command, 10)(payload)
+        assert result.blocking_error is None, command
+        assert result.error is not None and "could not run its script" in result.error
+
+
+@pytest.mark.anyio
+async def test_runner_reports_each_hook_with_its_duration(tmp_path: Path, hook_script: Path) -> None:
+    """The report of a run names each hook, its result (systemMessage included) and duration,
+    for the transcript's stop_hook_summary and for the user."""
+    seen: list[tuple[int, Any]] = []
+    hooks = StopHooks(
+        [CommandStopHook([str(hook_script), "prevent"], 10), PythonStopHook(lambda p: None, name="py")],
+        on_report=lambda hid, runs: seen.append((hid, runs)),
+    )
+    await hooks.run(_effect(3), session_id=SESSION, transcript_path=str(tmp_path / "t.jsonl"), cwd=str(tmp_path))
+    runs = hooks.report(3)
+    assert runs is not None and seen == [(3, runs)]
+    assert [r.name for r in runs] == [hooks.hooks[0].name, "py"]  # type: ignore[attr-defined]
+    assert runs[0].result.system_message == "hook stopped the session"
+    assert all(r.duration_ms >= 0 for r in runs) and hooks.report(4) is None

@@ -135,6 +135,8 @@ def ended(
 
 
 def block(b: Any, **kwargs: Any) -> ModelBlockReceived:
+    """A block event of the test server's answer, which names the serving model (R-MODEL-1)."""
+    kwargs.setdefault("model", MODEL)
     return ModelBlockReceived(call_id=1, block=b, **kwargs)
 
 

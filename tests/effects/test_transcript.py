@@ -197,9 +197,7 @@ def test_system_and_attachment_records(tmp_path: Path) -> None:
     """System records carry subtype/content/level; attachments carry {type, ...data}."""
     path = tmp_path / "s.jsonl"
     with _writer(path) as w:
-        w.append(
-            SystemMessage(id="s1", subtype="stop_hook_summary", text="1 hook", level="suggestion")
-        )
+        w.append(SystemMessage(id="s1", subtype="api_error", text="retrying", level="warning"))
         w.append(
             AttachmentMessage(
                 id="t1",
@@ -210,9 +208,9 @@ def test_system_and_attachment_records(tmp_path: Path) -> None:
     sys_rec, att_rec = _records(path)
     assert sys_rec["type"] == "system"
     assert (sys_rec["subtype"], sys_rec["content"], sys_rec["level"]) == (
-        "stop_hook_summary",
-        "1 hook",
-        "suggestion",
+        "api_error",
+        "retrying",
+        "warning",
     )
     assert att_rec["type"] == "attachment"
     assert att_rec["attachment"] == {
@@ -254,7 +252,7 @@ def test_parent_chain_and_tool_results_point_at_their_tool_use(tmp_path: Path) -
         {"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {"p": "x"}}
     ]
     assert recs[u["r2"]]["message"]["content"] == [
-        {"type": "tool_result", "tool_use_id": "toolu_B", "content": "found", "is_error": False}
+        {"type": "tool_result", "tool_use_id": "toolu_B", "content": "found"}
     ]
 
 
@@ -398,3 +396,51 @@ async def test_async_variants_write_the_same_records(tmp_path: Path) -> None:
     recs = _records(path)
     assert [r["uuid"] for r in recs] == [record_uuid(SESSION, "u1"), record_uuid(SESSION, "a2")]
     assert recs[1]["parentUuid"] == recs[0]["uuid"]
+
+
+# -- held responses, usage, redaction -------------------------------------------------------
+
+
+def test_records_of_a_response_wait_for_its_usage(tmp_path: Path) -> None:
+    """record() holds a response's records until observe() sees it end: then all carry the
+    usage and the last one the stop reason; anything else recorded first flushes them."""
+    from reducer.events import ModelResponseEnded
+
+    path = tmp_path / "s.jsonl"
+    usage = Usage(input_tokens=7, output_tokens=3)
+    with _writer(path) as w:
+        w.record(_prompt("u1"))
+        w.record(_assistant("a1", TextBlock(text="one"), resp="r1"))
+        w.record(_assistant("a2", ToolUseBlock(id="t1", name="Read", input={"file_path": "x"}), resp="r1"))
+        assert len(_records(path)) == 1  # held
+        w.observe(ModelResponseEnded(call_id=1, model="m", stop_reason="tool_use", usage=usage), object(), ())
+        recs = _records(path)
+        assert [r["message"]["usage"]["input_tokens"] for r in recs[1:]] == [7, 7]
+        assert [r["message"]["stop_reason"] for r in recs[1:]] == [None, "tool_use"]
+        assert recs[1]["message"]["id"] == recs[2]["message"]["id"] and recs[1]["requestId"] == recs[2]["requestId"]
+        w.record(_assistant("a3", TextBlock(text="cut"), resp="r2"))
+        w.record(Tombstone(message_id="a3"))  # a held record is dropped, never written
+        w.record(_assistant("a4", TextBlock(text="two"), resp="r3"))
+    recs = _records(path)  # close() wrote the held a4
+    assert [r["uuid"] for r in recs] == [record_uuid(SESSION, m) for m in ("u1", "a1", "a2", "a4")]
+    assert recs[3]["parentUuid"] == recs[2]["uuid"]
+
+
+def test_secrets_are_redacted_on_values_before_encoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API key from the environment and extra secrets with quotes, backslashes or
+    non-ASCII characters never reach the file, wherever they appear."""
+    key = "sk-ant-api03-TESTKEY-0123456789"
+    odd = 'pa"ss\\wörd-äö'
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    path = tmp_path / "s.jsonl"
+    with _writer(path, secrets=[odd]) as w:
+        w.append(_prompt("u1", f"my key is {key}"))
+        w.append(_assistant("a1", ToolUseBlock(id="t1", name="Bash", input={"command": f"echo {odd}", key: 1})))
+        w.append(_tool_result("u2", "t1", f"{odd}\n{key}"))
+        assert w.redactions == 7  # the prompt, the input (a value and a key), the result and its toolUseResult
+    raw = path.read_bytes()
+    assert key.encode() not in raw and odd.encode() not in raw
+    assert json.dumps(odd)[1:-1].encode() not in raw and json.dumps(odd, ensure_ascii=True)[1:-1].encode() not in raw
+    assert raw.count(b"[REDACTED]") == 7

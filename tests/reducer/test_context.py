@@ -805,7 +805,7 @@ FIXED = (
         usage=Usage(input_tokens=10, output_tokens=2),
     ),
 )
-FIXED_DIGEST = "da8dd9e13f093ad9716b815789ec8b67"
+FIXED_DIGEST = "1d537aa1e16d5151f46e0a12fc39f65c"
 
 
 @pytest.mark.spec("R-COST-1")

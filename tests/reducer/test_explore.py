@@ -40,6 +40,7 @@ from reducer.explore import (
     usage_for,
 )
 from reducer.explore import Observation as Obs
+from reducer.machine import advance, begin
 from reducer.serialize import structure
 from reducer.transitions import MaxOutputTokensEscalate, StopHookBlocking
 
@@ -98,16 +99,16 @@ def cc_report() -> Report:
 def run_labels(cfg: LoopConfig, labels: list[str], world: World | None = None) -> Any:
     """Play moves by label from the start; returns (state, monitors, abstraction key)."""
     invs = catalogue()
-    s, fx = start(DEFAULT_REQUEST, cfg, None)
+    s, fx, passed = begin(DEFAULT_REQUEST, cfg, None)
     mons, _, _ = check_step(
-        invs, initial_monitors(invs, cfg, DEFAULT_REQUEST), Obs(cfg, None, None, fx, s)
+        invs, initial_monitors(invs, cfg, DEFAULT_REQUEST), Obs(cfg, None, None, fx, s, passed)
     )
     absn = Abstraction(cfg)
     for lab in labels:
         mv = next(m for m in moves(s, cfg, world) if m.label == lab)
         for ev in mv.events:
-            nxt, fx = step(s, ev, cfg)
-            mons, _, _ = check_step(invs, mons, Obs(cfg, s, ev, fx, nxt))
+            nxt, fx, passed = advance(s, ev, cfg)
+            mons, _, _ = check_step(invs, mons, Obs(cfg, s, ev, fx, nxt, passed))
             s = nxt
     return s, mons, absn.key(s)
 
@@ -116,14 +117,14 @@ def replay_keys(cfg: LoopConfig, events: list[Event]) -> list[Any]:
     """The abstraction key (with monitors) after start and after every event."""
     invs = catalogue()
     absn = Abstraction(cfg)
-    s, fx = start(DEFAULT_REQUEST, cfg, None)
+    s, fx, passed = begin(DEFAULT_REQUEST, cfg, None)
     mons, _, _ = check_step(
-        invs, initial_monitors(invs, cfg, DEFAULT_REQUEST), Obs(cfg, None, None, fx, s)
+        invs, initial_monitors(invs, cfg, DEFAULT_REQUEST), Obs(cfg, None, None, fx, s, passed)
     )
     keys = [(absn.key(s), mons)]
     for ev in events:
-        nxt, fx = step(s, ev, cfg)
-        mons, _, _ = check_step(invs, mons, Obs(cfg, s, ev, fx, nxt))
+        nxt, fx, passed = advance(s, ev, cfg)
+        mons, _, _ = check_step(invs, mons, Obs(cfg, s, ev, fx, nxt, passed))
         s = nxt
         keys.append((absn.key(s), mons))
     return keys
@@ -259,15 +260,15 @@ def test_a_step_that_raises_is_reported(monkeypatch: pytest.MonkeyPatch) -> None
     """specs/ M-5: step() may raise only IllegalEvent, and never on a generated move."""
     import reducer.explore.search as explore_module
 
-    real = step  # the machine's step(), which reducer.explore.search imports and calls
-    assert vars(explore_module)["step"] is real
+    real = advance  # the machine's advance(), which reducer.explore.search imports and calls
+    assert vars(explore_module)["advance"] is real
 
     def flaky(state: Any, event: Any, config: Any) -> Any:
         if type(event).__name__ == "StopHooksFinished":
             raise RuntimeError("boom")
         return real(state, event, config)
 
-    monkeypatch.setattr(explore_module, "step", flaky)
+    monkeypatch.setattr(explore_module, "advance", flaky)
     rep = explore(default(), rounds=1, deep_world=None)
     assert rep.errors and not rep.ok
     assert rep.errors[0].invariant == "M-5"
@@ -297,8 +298,8 @@ def test_budget_continuations_are_progress() -> None:
         for e in mv.events[:-1]:
             s, _ = step(s, e, cfg)
         before = s
-        s, fx = step(s, ev, cfg)
-    o = Obs(cfg, before, ev, fx, s)
+        s, fx, passed = advance(s, ev, cfg)
+    o = Obs(cfg, before, ev, fx, s, passed)
     assert type(o.continued).__name__ == "TokenBudgetContinuation"
     assert o.progress
 
@@ -331,8 +332,8 @@ def _walk_keys(cfg: LoopConfig, walks: int, seed: int) -> list[tuple[list[str], 
     out = []
     for _ in range(walks):
         invs = catalogue()
-        s, fx = start(DEFAULT_REQUEST, cfg, None)
-        o = Obs(cfg, None, None, fx, s)
+        s, fx, passed = begin(DEFAULT_REQUEST, cfg, None)
+        o = Obs(cfg, None, None, fx, s, passed)
         mons, _, _ = check_step(invs, initial_monitors(invs, cfg, DEFAULT_REQUEST), o)
         calls = len(o.calls)
         labels: list[str] = []
@@ -341,8 +342,8 @@ def _walk_keys(cfg: LoopConfig, walks: int, seed: int) -> list[tuple[list[str], 
             mv = rng.choice(moves(s, cfg, world))
             labels.append(mv.label)
             for ev in mv.events:
-                nxt, fx = step(s, ev, cfg)
-                o = Obs(cfg, s, ev, fx, nxt)
+                nxt, fx, passed = advance(s, ev, cfg)
+                o = Obs(cfg, s, ev, fx, nxt, passed)
                 mons, _, _ = check_step(invs, mons, o)
                 calls += len(o.calls)
                 s = nxt

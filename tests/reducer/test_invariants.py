@@ -57,7 +57,7 @@ from reducer.explore import (
 )
 from reducer.explore.cycles import _Analysis
 from reducer.explore.state_graph import _Graph
-from reducer.machine import MOT_NUDGE, step
+from reducer.machine import MOT_NUDGE, advance
 from reducer.messages import (
     AssistantMessage,
     ErrorInfo,
@@ -99,7 +99,13 @@ def obs(
     nxt: LoopState,
     cfg: LoopConfig = CFG,
 ) -> Observation:
-    return Observation(cfg, state, event, effects, nxt)
+    # the transitions the hand-made step took: the new one ``nxt`` holds, then a Finish's
+    transitions: list[Any] = []
+    before = state.transition if state is not None else None
+    if nxt.transition is not None and nxt.transition is not before:
+        transitions.append(nxt.transition)
+    transitions += [f.terminal for f in effects if isinstance(f, Finish)]
+    return Observation(cfg, state, event, effects, nxt, tuple(dict.fromkeys(transitions)))
 
 
 def continued(state: LoopState, t: Any, **changes: Any) -> LoopState:
@@ -525,15 +531,15 @@ def test_a_machine_that_accepts_events_after_finish_is_caught(
     """The explorer probes every terminal state with an interrupt."""
     import reducer.explore.search as explore_module
 
-    real = step  # the machine's step(), which reducer.explore.search imports and calls
-    assert vars(explore_module)["step"] is real
+    real = advance  # the machine's advance(), which reducer.explore.search imports and calls
+    assert vars(explore_module)["advance"] is real
 
     def lax(state: Any, event: Any, config: Any) -> Any:
         if state.phase == "done":
-            return state, (Emit(item=api_error("auth")),)
+            return state, (Emit(item=api_error("auth")),), ()
         return real(state, event, config)
 
-    monkeypatch.setattr(explore_module, "step", lax)
+    monkeypatch.setattr(explore_module, "advance", lax)
     rep = explore(default(), rounds=1, deep_world=None)
     r = rep.result("INV-12")
     assert r.status == "broken" and r.counterexample is not None

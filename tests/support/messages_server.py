@@ -39,6 +39,7 @@ from typing import Any, TypeAlias
 
 __all__ = [
     "DEFAULT_MODEL",
+    "Body",
     "Drop",
     "Frame",
     "HttpError",
@@ -150,6 +151,8 @@ class StreamScript:
             data = frame.data
             if frame.event == "message_start":
                 message = json.loads(json.dumps(data["message"]))
+                for i, b in enumerate(message.get("content") or []):
+                    blocks[i] = b  # blocks that arrive complete in message_start
             elif frame.event == "content_block_start":
                 blocks[data["index"]] = dict(data["content_block"])
             elif frame.event == "content_block_delta":
@@ -164,6 +167,10 @@ class StreamScript:
                     block["signature"] = block.get("signature", "") + delta["signature"]
                 elif kind == "input_json_delta":
                     partial[data["index"]] = partial.get(data["index"], "") + delta["partial_json"]
+                elif kind == "citations_delta":
+                    if block.get("citations") is None:
+                        block["citations"] = []
+                    block["citations"].append(delta["citation"])
             elif frame.event == "message_delta":
                 message.update(data["delta"])
                 usage = message.setdefault("usage", {})
@@ -192,7 +199,16 @@ class HttpError:
         return json.dumps(err).encode()
 
 
-Response: TypeAlias = StreamScript | HttpError
+@dataclass(frozen=True)
+class Body:
+    """A 200 answer with exactly this body text (for a non-streaming request whose body is
+    not a message: bad JSON, a proxy's page, a message with a malformed field)."""
+
+    text: str
+    content_type: str = "application/json"
+
+
+Response: TypeAlias = StreamScript | HttpError | Body
 
 
 @dataclass(frozen=True)
@@ -437,6 +453,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(HttpError(500, "api_error", "messages_server: no scripted response"))
         elif isinstance(response, HttpError):
             self._send_error(response)
+        elif isinstance(response, Body):
+            self._send_body(response)
         elif isinstance(parsed, dict) and parsed.get("stream") is True:
             self._send_stream(response)
         else:
@@ -496,6 +514,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("request-id", "req_test")
         self.end_headers()
         self.wfile.write(body)
+        self.close_connection = True
+
+    def _send_body(self, body: Body) -> None:
+        data = body.text.encode()
+        self.send_response(200)
+        self.send_header("content-type", body.content_type)
+        self.send_header("content-length", str(len(data)))
+        self.send_header("connection", "close")
+        self.send_header("request-id", "req_test")
+        self.end_headers()
+        self.wfile.write(data)
         self.close_connection = True
 
     def _drop(self, drop: Drop) -> None:

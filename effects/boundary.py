@@ -1,0 +1,160 @@
+"""Where outside data enters the machine, it is made well-formed or refused (README, "the rules
+of the house": outside data becomes an event or a clear error, never a crash).
+
+The interpreter (:mod:`effects.run`) passes what a model client, a tool, a compactor or a stop
+hook hands it through here before it becomes an event:
+
+- **Text** (model text and thinking, tool results, file names inside them, compaction
+  summaries, hook output, the prompt) has every lone surrogate replaced by U+FFFD. A lone
+  surrogate is what Python makes of an undecodable byte in a file name (``bad\\xff.txt`` read
+  with ``surrogateescape``) or of a ``\\ud800`` JSON escape; it is not Unicode, cannot be
+  encoded as UTF-8, and the API refuses it. Replaced here, the conversation stays sendable and
+  every writer (trace, transcript) can write it.
+- **A model response** whose tool_use repeats an id of the same response, or whose input is not
+  JSON data within :func:`reducer.canonical.data_problem`'s limits (nested deeper than 100
+  levels, a 5,000-digit integer, NaN, a non-string key, a Python object), is a malformed
+  response: :func:`model_problem` names it and the interpreter reports the call as failed
+  (``ModelCallFailed(kind="unknown")``, rule T-MODEL-1), so the machine answers every tool_use
+  of the attempt and ends the turn in a Terminal.
+- **A tool's output** whose content is not a str (None, an int, bytes) or whose flags are not
+  bools becomes an error result naming what it returned (:func:`tool_output`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import attrs
+
+from effects.tools.base import ToolOutput, tool_use_error
+from reducer.canonical import data_problem
+from reducer.events import CompactionFailed, CompactionFinished
+from reducer.messages import TextBlock, ToolUseBlock
+
+__all__ = [
+    "clean",
+    "clean_block",
+    "clean_text",
+    "compaction_result",
+    "model_problem",
+    "tool_output",
+]
+
+T = TypeVar("T")
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_search = _SURROGATE.search
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (the same object when none)."""
+    if text.isascii() or _search(text) is None:
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls) if f.init)
+    return names
+
+
+def clean(value: Any) -> Any:
+    """``value`` with :func:`clean_text` applied to every str in it (dict keys too), through
+    attrs instances, tuples, lists and dicts; the same object when nothing changed. The value
+    must be bounded (checked data, or the machine's own values): this recurses."""
+    cls = value.__class__
+    if cls is str:
+        return clean_text(value)
+    if cls is dict:
+        out = {clean(k): clean(v) for k, v in value.items()}
+        return value if _same_items(out, value) else out
+    if cls is tuple or cls is list:
+        items = [clean(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return cls(items)
+    if attrs.has(cls):
+        changes = {}
+        for name in _fields(cls):
+            old = getattr(value, name)
+            new = clean(old)
+            if new is not old:
+                changes[name] = new
+        return attrs.evolve(value, **changes) if changes else value
+    return value
+
+
+def _same_items(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
+    return all(
+        k1 is k2 and v1 is v2 for (k1, v1), (k2, v2) in zip(a.items(), b.items(), strict=True)
+    )
+
+
+def model_problem(block: object, seen_ids: set[str]) -> str | None:
+    """What makes a streamed block malformed, or None. ``seen_ids``: the tool_use ids of the
+    response so far (this adds the block's)."""
+    if isinstance(block, TextBlock):
+        return None
+    if isinstance(block, ToolUseBlock):
+        if block.id in seen_ids:
+            return f"tool_use id {block.id!r} appears twice in one response"
+        seen_ids.add(block.id)
+        if block.input.__class__ is not dict:
+            return f"the input of tool_use {block.id!r} is a {type(block.input).__name__}, not an object"
+        return data_problem(block.input, f"the input of tool_use {block.id!r}")
+    return None
+
+
+def clean_block(block: T) -> T:
+    """A streamed block with its text cleaned (the common text block checked inline)."""
+    if isinstance(block, TextBlock) and clean_text(block.text) is block.text:
+        return block
+    return clean(block)  # type: ignore[no-any-return]
+
+
+def tool_output(name: str, out: object) -> ToolOutput:
+    """A tool's output as the machine may take it: content a str, flags bools, text clean."""
+    if not isinstance(out, ToolOutput):
+        return tool_use_error(
+            f"Error calling tool {name}: it returned {type(out).__name__}, not a ToolOutput"
+        )
+    content, is_error, hook_stopped = out.content, out.is_error, out.hook_stopped
+    if content.__class__ is not str:
+        return tool_use_error(
+            f"Error calling tool {name}: its result content is {type(content).__name__} "
+            f"{content!r:.60}, not a str"
+        )
+    if is_error.__class__ is not bool or hook_stopped.__class__ is not bool:
+        return tool_use_error(
+            f"Error calling tool {name}: is_error and hook_stopped must be bools, got "
+            f"{is_error!r:.20} and {hook_stopped!r:.20}"
+        )
+    text = clean_text(content)
+    return (
+        out
+        if text is content
+        else ToolOutput(content=text, is_error=is_error, hook_stopped=hook_stopped)
+    )
+
+
+def compaction_result(result: Any) -> Any:
+    """A compactor's (type-checked) result with its text cleaned; a result whose messages hold
+    a tool_use input beyond :func:`reducer.canonical.data_problem`'s limits becomes a
+    ``CompactionFailed`` naming it (the breaker counts it; nothing crashes)."""
+    if isinstance(result, CompactionFinished):
+        for m in result.messages:
+            for b in getattr(m, "content", ()):
+                if isinstance(b, ToolUseBlock):
+                    problem = data_problem(b.input, f"the input of tool_use {b.id!r}")
+                    if problem is not None:
+                        return CompactionFailed(
+                            compact_id=result.compact_id,
+                            reason=f"the compactor returned malformed data: {problem}",
+                        )
+    return clean(result)

@@ -1,0 +1,53 @@
+"""``steploop check`` when step() itself crashes: a broken M-5 with its trace, no traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from effects.cli import main
+from reducer import machine
+from reducer.events import StopHooksFinished
+from reducer.state import LoopState
+
+
+def _crash(s: LoopState, e: StopHooksFinished, cfg: Any, fx: Any) -> LoopState:
+    raise ZeroDivisionError("a bug in the stop-hook handler")
+
+
+@pytest.mark.spec("M-5")
+def test_a_crash_in_step_is_reported_as_broken_with_its_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The explorer finds the crash; writing its counterexample replays the events, the crash
+    comes again, and the command still reports it (exit 1) and writes the steps before it."""
+    monkeypatch.setitem(machine.TABLE["stop_hooks"], StopHooksFinished, _crash)
+    out = io.StringIO()
+    code = main(["check", "--rounds", "1", "--deep", "off", "--out", str(tmp_path / "cex")], out=out)
+    text = out.getvalue()
+    assert code == 1, text
+    assert "Traceback" not in capsys.readouterr().err
+    assert "M-5" in text and "BROKEN" in text and "ZeroDivisionError" in text
+    traces = sorted((tmp_path / "cex").glob("steploop-check-M-5*.jsonl"))
+    assert traces, text
+    side = json.loads(traces[0].with_suffix(".json").read_text())
+    assert side["raises"].startswith("ZeroDivisionError") and side["events"][side["raises_at"]]["type"] == "stop_hooks_finished"
+    monkeypatch.undo()  # the prefix replays exactly with the real machine
+    replay = io.StringIO()
+    assert main(["replay", str(traces[0])], out=replay) == 0, replay.getvalue()
+
+
+def test_check_writes_under_the_folder_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counterexamples go to ``steploop-check/`` by default, never loose in the current directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(machine.TABLE["stop_hooks"], StopHooksFinished, _crash)
+    out = io.StringIO()
+    assert main(["check", "--rounds", "1", "--deep", "off"], out=out) == 1
+    assert {p.name for p in tmp_path.iterdir()} == {"steploop-check"}
+    assert "steploop-check/steploop-check-M-5" in out.getvalue()

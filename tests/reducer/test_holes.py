@@ -1,0 +1,628 @@
+"""Holes an independent mutation run found (issue 12): behaviours the code had right but no test
+pinned. Each test names the mutant it kills in a comment; all go through start()/step() only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from reducer import Conversation, Gates, LoopConfig, RetryPolicy, Session, default, full
+from reducer.config import Compat
+from reducer.effects import CallModel, CancelTools, Compact, Emit, Finish, RunStopHooks, Wait
+from reducer.events import (
+    CompactionFinished,
+    Interrupted,
+    ModelCallFailed,
+    StopHooksFinished,
+    ToolTraits,
+    WaitElapsed,
+)
+from reducer.messages import (
+    AssistantMessage,
+    Message,
+    RedactedThinkingBlock,
+    SystemMessage,
+    TextBlock,
+    ThinkingBlock,
+    Tombstone,
+    ToolResultBlock,
+    Usage,
+    UserMessage,
+)
+from reducer.transitions import (
+    BlockingLimit,
+    CollapseDrainRetry,
+    Completed,
+    ImageError,
+    MaxOutputTokensEscalate,
+    MaxOutputTokensRecovery,
+    ModelError,
+    PromptTooLong,
+    ReactiveCompactRetry,
+    StopHookBlocking,
+    StopHookPrevented,
+    TokenBudgetContinuation,
+)
+from tests.reducer.driver import SAFE, UNSAFE, Driver
+
+FALLBACK = "claude-haiku-4-5"
+BLOCKING_SAFE = ToolTraits(concurrency_safe=True, interrupt="block", max_result_chars=None)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def of(fx: Any, kind: type) -> list[Any]:
+    return [e for e in fx if isinstance(e, kind)]
+
+
+def emitted(fx: Any) -> list[Any]:
+    return [e.item for e in fx if isinstance(e, Emit)]
+
+
+def results_in(items: Any) -> list[tuple[str, str]]:
+    """(tool_use_id, content) of every tool_result among ``items``, in order."""
+    return [
+        (b.tool_use_id, b.content)
+        for m in items
+        if isinstance(m, UserMessage)
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]
+
+
+def fail(d: Driver, kind: str, **kw: Any) -> tuple[Any, ...]:
+    return d.feed(ModelCallFailed(call_id=d.call_id, kind=kind, **kw))
+
+
+def block_hooks(d: Driver, text: str = "not yet") -> tuple[Any, ...]:
+    return d.feed(StopHooksFinished(hooks_id=d.state.round.pending_id, blocking_errors=(text,)))
+
+
+def api_error_texts(items: Any) -> list[str]:
+    return [
+        b.text
+        for m in items
+        if isinstance(m, AssistantMessage) and m.api_error is not None
+        for b in m.content
+        if isinstance(b, TextBlock)
+    ]
+
+
+def small(**gates: bool) -> LoopConfig:
+    """A 50,000-token window: effective 42,000, auto-compact 29,000, blocking 39,000,
+    snip 22,000, collapse 37,800."""
+    return default(context_window=50_000, gates=Gates(**gates))
+
+
+def tool_round(d: Driver, tid: str, content: str, out_usage: Usage) -> tuple[Any, ...]:
+    """One round: a safe Read allowed mid-stream, the response ends, the tool finishes."""
+    d.tool_use(tid, "Read", SAFE, file_path=f"{tid}.py")
+    d.allow(tid)
+    d.end("tool_use", out_usage)
+    return d.finish_tool(tid, content)
+
+
+def rounds(d: Driver, n: int, last_input: int) -> tuple[Any, ...]:
+    """``n`` tool rounds of one 8,000-char result each (2,002 tokens a segment)."""
+    fx: tuple[Any, ...] = ()
+    for i in range(1, n + 1):
+        use = Usage(input_tokens=last_input if i == n else 1_000, output_tokens=0)
+        fx = tool_round(d, f"t{i}", "x" * 8_000, use)
+    return fx
+
+
+# --- orphan synthesis [G13], [G12] --------------------------------------------------------------
+
+
+@pytest.mark.spec("G13", "T-MODEL-1", "T-IMAGE-1")
+@pytest.mark.parametrize("kind", ["unknown", "image_client"])
+def test_a_finished_unreleased_result_survives_the_orphan_repair(kind: str) -> None:
+    """A result that finished but waits behind a running call keeps its real content on model_error/image_error (G13)."""
+    # kills: `if sl.status != "done"` in the orphan repair forced true
+    d = Driver(default())
+    d.tool_use("t1", "Read", SAFE, file_path="a")
+    d.allow("t1")
+    d.tool_use("t2", "Read", SAFE, file_path="b")
+    d.allow("t2")
+    d.finish_tool("t2", "real b")  # done, held back behind the running t1 [R-TOOL-5]
+    fx = fail(d, kind, message="boom")
+    assert results_in(emitted(fx)) == [("t1", "boom"), ("t2", "real b")]
+    assert results_in(d.state.conversation.messages()) == [("t1", "boom"), ("t2", "real b")]
+    assert isinstance(d.finished().terminal, (ModelError, ImageError))  # type: ignore[union-attr]
+
+
+@pytest.mark.spec("G12", "R-RETRY-2")
+def test_model_fallback_never_emits_a_released_result_twice() -> None:
+    """On model fallback only calls without an emitted result get the fallback result, each once (G12)."""
+    # kills: the `sl.message is None` operand dropped in the fallback's emit-only orphan repair
+    d = Driver(default(fallback_model=FALLBACK))
+    for _ in range(2):
+        fail(d, "overloaded", status=529)
+        d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    d.tool_use("t1", "Read", SAFE, file_path="a")
+    d.allow("t1")
+    d.finish_tool("t1", "real a")  # released at once
+    d.tool_use("t2", "Read", SAFE, file_path="b")
+    d.allow("t2")
+    fx = fail(d, "overloaded", status=529)
+    assert of(fx, CallModel)[0].model == FALLBACK
+    assert results_in(emitted(fx)) == [("t2", "Model fallback triggered")]
+    assert results_in(d.emitted()) == [("t1", "real a"), ("t2", "Model fallback triggered")]
+
+
+# --- the stop-hook cap [G11] -------------------------------------------------------------------
+
+
+@pytest.mark.spec("G11", "T-PREVENT-1")
+def test_the_response_that_hits_the_stop_hook_cap_is_committed() -> None:
+    """When the cap ends the turn, the final response is in the conversation the next turn starts from (G11)."""
+    # kills: the commit deleted from the cap branch of on_stop_hooks
+    d = Driver(default(stop_hook_block_cap=1))
+    d.reply("first")
+    block_hooks(d)
+    assert d.transition == StopHookBlocking()
+    d.reply("final answer")
+    block_hooks(d)
+    assert d.transition == StopHookPrevented()
+    final = [
+        b.text
+        for m in d.state.session().conversation.messages()
+        if isinstance(m, AssistantMessage)
+        for b in m.content
+        if isinstance(b, TextBlock)
+    ]
+    assert final == ["first", "final answer"]
+
+
+# --- token budget [C-BUDGET-1] -------------------------------------------------------------------
+
+
+def _budget_round(d: Driver, out: int) -> None:
+    d.text("work")
+    d.end("end_turn", Usage(input_tokens=1_000, output_tokens=out))
+    d.feed(StopHooksFinished(hooks_id=d.state.round.pending_id))
+
+
+@pytest.mark.spec("C-BUDGET-1")
+def test_token_budget_gate_off_never_continues() -> None:
+    """With gates.token_budget off a turn far below its budget completes (C-BUDGET-1)."""
+    # kills: the `cfg.gates.token_budget` operand dropped
+    d = Driver(default(gates=Gates(token_budget=False)), token_budget=10_000)
+    _budget_round(d, 100)
+    assert d.transition == Completed()
+
+
+@pytest.mark.spec("C-BUDGET-1")
+@pytest.mark.parametrize(
+    "cfg", [default(agent_id="agent-7"), default(query_source="agent:explore")], ids=["id", "source"]
+)
+def test_sub_agents_get_no_budget_continuation(cfg: LoopConfig) -> None:
+    """A sub-agent (agent id or agent: source) completes below its budget (C-BUDGET-1)."""
+    # kills: the `not cfg.is_subagent` operand dropped
+    d = Driver(cfg, token_budget=10_000)
+    _budget_round(d, 100)
+    assert d.transition == Completed()
+
+
+@pytest.mark.spec("C-BUDGET-1")
+@pytest.mark.parametrize(
+    ("out", "continues"), [(8_999, True), (9_000, False)], ids=["89.99%", "90%"]
+)
+def test_budget_threshold_is_exactly_90_percent(out: int, continues: bool) -> None:
+    """8,999 of 10,000 tokens continues, 9,000 completes: the threshold is exactly 90% (C-BUDGET-1)."""
+    # kills: `turn * 100` moved to 99 or 101 (90.9% / 89.1%), `<` to `<=`, 90 moved by one
+    d = Driver(default(), token_budget=10_000)
+    _budget_round(d, out)
+    assert d.transition == (TokenBudgetContinuation() if continues else Completed())
+
+
+@pytest.mark.spec("C-BUDGET-1")
+@pytest.mark.parametrize("deltas", [(100, 500), (500, 100)], ids=["delta-500", "previous-500"])
+def test_a_delta_of_exactly_500_tokens_is_not_diminishing(deltas: tuple[int, int]) -> None:
+    """After 3 continuations a delta of exactly 500 tokens (now or before) is not diminishing (C-BUDGET-1)."""
+    # kills: either `< cfg.budget_diminishing_tokens` turned into `<=`
+    d = Driver(default(), token_budget=100_000)
+    for out in (10_000, 10_000, 10_000, *deltas):
+        _budget_round(d, out)
+        assert d.transition == TokenBudgetContinuation()
+    _budget_round(d, 100)
+    assert d.transition == (Completed() if deltas == (500, 100) else TokenBudgetContinuation())
+
+
+# --- ids [R-ID-1] ------------------------------------------------------------------------------------
+
+
+def _assert_ids_unique(d: Driver) -> None:
+    """No two different messages (emitted or stored) share an id [R-ID-1]. A stored record may
+    differ from its emitted one only by the usage stamped on it, so messages are told apart by
+    kind and content."""
+    seen: dict[str, tuple[str, Any]] = {}
+    stored = list(d.state.conversation.messages())
+    for m in [*emitted(d.effects), *stored]:
+        if isinstance(m, Tombstone) or not hasattr(m, "id"):
+            continue
+        body = getattr(m, "content", None) or getattr(m, "text", None) or getattr(m, "data", None)
+        key = (type(m).__name__, body)
+        assert seen.setdefault(m.id, key) == key, f"id {m.id} names two messages"
+
+
+@pytest.mark.spec("R-ID-1", "S-SNIP-1")
+def test_the_snip_boundary_takes_its_own_message_id() -> None:
+    """The snip boundary's id is never given to the next message (R-ID-1)."""
+    # kills: the snip commit not advancing the message counter
+    d = Driver(small(context_collapse=False, auto_compact=False))
+    fx = rounds(d, 6, 21_500)
+    (boundary,) = [m for m in emitted(fx) if isinstance(m, SystemMessage)]
+    assert boundary.subtype == "snip_boundary"
+    d.reply("after the snip")
+    _assert_ids_unique(d)
+
+
+@pytest.mark.spec("R-ID-1", "S-COLLAPSE-1")
+def test_the_collapse_stub_takes_its_own_message_id() -> None:
+    """The collapse stub's id is never given to the next message (R-ID-1)."""
+    # kills: the collapse commit not advancing the message counter
+    d = Driver(small(history_snip=False, auto_compact=False))
+    fx = rounds(d, 5, 36_500)
+    sent = of(fx, CallModel)[0].conversation.messages()
+    assert any(isinstance(m, UserMessage) and m.origin == "collapse" for m in sent)
+    d.reply("after the collapse")
+    _assert_ids_unique(d)
+
+
+@pytest.mark.spec("R-ID-1", "S-COLLAPSE-2")
+def test_the_drain_stub_takes_its_own_message_id() -> None:
+    """The collapse drain's stub id is never given to the next message (R-ID-1)."""
+    # kills: the drain not advancing the message counter
+    d = Driver(small(history_snip=False, auto_compact=False))
+    rounds(d, 4, 1_000)
+    fail(d, "prompt_too_long", status=400)
+    assert d.transition == CollapseDrainRetry(committed=3)
+    d.reply("after the drain")
+    _assert_ids_unique(d)
+
+
+# --- gates -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("T-BLOCKING-1", "G7", "G6")
+def test_collapse_owns_overflow_after_the_breaker_tripped_with_reactive_off() -> None:
+    """Reactive off, collapse on, breaker tripped: no blocking_limit, the call is made (T-BLOCKING-1)."""
+    # kills: the `cfg.gates.context_collapse` operand dropped from the blocking exemption
+    cfg = small(reactive_compact=False, history_snip=False)
+    d = Driver(cfg, prompt="x" * 170_000, session=Session(autocompact_failures=3))
+    assert d.state.conversation.token_count() >= cfg.blocking_limit
+    assert not of(d.effects, Finish)
+    assert of(d.effects, CallModel) and not of(d.effects, Compact)
+    # the same turn with collapse off too is a blocking_limit
+    d = Driver(
+        small(reactive_compact=False, history_snip=False, context_collapse=False),
+        prompt="x" * 170_000,
+        session=Session(autocompact_failures=3),
+    )
+    assert d.finished().terminal == BlockingLimit()  # type: ignore[union-attr]
+
+
+@pytest.mark.spec("C-COLLAPSE-1", "S-COLLAPSE-2", "C-REACTIVE-1")
+def test_no_collapse_drain_with_the_collapse_gate_off() -> None:
+    """With collapse off a withheld prompt-too-long goes to reactive compaction, never a drain (C-COLLAPSE-1)."""
+    # kills: the `cfg.gates.context_collapse` operand dropped from the drain
+    d = Driver(small(history_snip=False, auto_compact=False, context_collapse=False))
+    rounds(d, 4, 1_000)
+    fx = fail(d, "prompt_too_long", status=400)
+    assert [c.trigger for c in of(fx, Compact)] == ["reactive"]
+    assert d.phase == "reactive_compacting"
+    assert not any(
+        isinstance(m, UserMessage) and m.origin == "collapse"
+        for m in d.state.conversation.messages()
+    )
+
+
+@pytest.mark.spec("C-REACTIVE-1", "T-PTL-1")
+def test_no_reactive_compaction_with_its_gate_off() -> None:
+    """Reactive off, collapse on, nothing to drain: the withheld prompt-too-long ends the turn (C-REACTIVE-1)."""
+    # kills: the `cfg.gates.reactive_compact` operand dropped from the PTL ladder
+    d = Driver(default(gates=Gates(reactive_compact=False)))
+    fx = fail(d, "prompt_too_long", status=400)
+    assert not of(fx, Compact)
+    assert d.finished().terminal == PromptTooLong()  # type: ignore[union-attr]
+
+
+# --- resets [C-RESET-1], [Q-11] --------------------------------------------------------------------
+
+
+@pytest.mark.spec("C-RESET-1", "C-BLOCKING-1", "C-ESCALATE-1")
+def test_stop_hook_blocking_drops_the_escalated_max_tokens() -> None:
+    """After an escalation, a stop-hook blocking retry calls with the default max_tokens again (C-RESET-1)."""
+    # kills: `max_output_tokens_override=None` removed from the stop_hook_blocking reset
+    cfg = default()
+    d = Driver(cfg)
+    d.text("cut")
+    fx = d.end("max_tokens")
+    assert d.transition == MaxOutputTokensEscalate()
+    assert of(fx, CallModel)[0].max_tokens == cfg.escalated_max_output_tokens
+    d.reply("whole answer")
+    fx = block_hooks(d)
+    assert d.transition == StopHookBlocking()
+    assert of(fx, CallModel)[0].max_tokens == cfg.default_max_tokens
+
+
+def _q11(flagged: bool, recover: Any) -> LoopConfig:
+    """full() (every gate on) with Q-11 as given; the reactive case runs without collapse (no
+    drain comes first), the recovery case without escalation (no escalation comes first)."""
+    cfg = full(context_window=50_000)
+    return attrs.evolve(
+        cfg,
+        gates=attrs.evolve(
+            cfg.gates,
+            context_collapse=recover is not _via_reactive,
+            max_tokens_escalation=recover is not _via_recovery,
+        ),
+        compat=attrs.evolve(cfg.compat, stop_hook_active_cleared_by_recovery=flagged),
+    )
+
+
+def _via_reactive(d: Driver) -> None:
+    fail(d, "prompt_too_long", status=400)
+    (c,) = of(d.last, Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    d.feed(CompactionFinished(compact_id=c.compact_id, messages=summary))
+    assert d.transition == ReactiveCompactRetry()
+
+
+def _via_escalate(d: Driver) -> None:
+    d.text("cut")
+    d.end("max_tokens")
+    assert d.transition == MaxOutputTokensEscalate()
+
+
+def _via_recovery(d: Driver) -> None:
+    d.text("cut")
+    d.end("max_tokens")
+    assert d.transition == MaxOutputTokensRecovery(attempt=1)
+
+
+def _via_drain(d: Driver) -> None:
+    fail(d, "prompt_too_long", status=400)
+    assert isinstance(d.transition, CollapseDrainRetry)
+
+
+def _via_budget(d: Driver) -> None:
+    d.reply("some work", Usage(input_tokens=1_000, output_tokens=100))
+    d.hooks_pass()
+    assert d.transition == TokenBudgetContinuation()
+
+
+@pytest.mark.spec("Q-11", "C-RESET-1")
+@pytest.mark.parametrize("flagged", [False, True], ids=["default", "Q-11"])
+@pytest.mark.parametrize(
+    "recover",
+    [_via_reactive, _via_escalate, _via_recovery, _via_drain, _via_budget],
+    ids=["reactive", "escalate", "recovery", "drain", "budget"],
+)
+def test_q11_every_recovery_clears_stop_hook_active(recover: Any, flagged: bool) -> None:
+    """Under Q-11 each recovery Continue clears stop_hook_active; without it the flag stays set (Q-11)."""
+    # kills: the `stop_hook_active=...` reset removed from any of the five recovery Continues
+    d = Driver(_q11(flagged, recover), token_budget=100_000)
+    tool_round(d, "t0", "ok", Usage(input_tokens=1_000, output_tokens=0))  # a segment to drain
+    d.reply("first", Usage(input_tokens=1_000, output_tokens=100))
+    block_hooks(d)
+    assert d.transition == StopHookBlocking() and d.state.stop_hook_active
+    recover(d)
+    d.reply("after", Usage(input_tokens=1_000, output_tokens=100))
+    (hooks,) = of(d.last, RunStopHooks)
+    assert hooks.stop_hook_active is (not flagged)
+
+
+# --- interrupts [I-*] ----------------------------------------------------------------------------
+
+
+@pytest.mark.spec("I-2", "R-PERM-1")
+@pytest.mark.parametrize("kind", ["hard", "submit"])
+def test_an_interrupt_cancels_the_tool_waiting_for_permission(kind: str) -> None:
+    """A call whose permission prompt is open counts as executing: the interrupt cancels it (I-2)."""
+    # kills: "asking" dropped from the statuses an interrupt cancels
+    d = Driver(default())
+    d.tool_use("t1", "Read", SAFE, file_path="a")  # AskPermission, never answered
+    fx = d.feed(Interrupted(kind=kind))  # type: ignore[arg-type]
+    assert of(fx, CancelTools) == [
+        CancelTools(generation=d.generation, tool_use_ids=("t1",), reason="user_interrupted")
+    ]
+
+
+@pytest.mark.spec("I-2", "I-3")
+@pytest.mark.parametrize("ended", [False, True], ids=["streaming", "running_tools"])
+def test_an_interrupt_cancels_only_calls_that_started(ended: bool) -> None:
+    """CancelTools names the running call, never a queued one that never started (I-2, I-3)."""
+    # kills: the started-status test in the interrupt's cancel list negated or forced
+    d = Driver(default())
+    d.tool_use("t1", "Read", SAFE, file_path="a")
+    d.allow("t1")
+    d.tool_use("u1", "Edit", UNSAFE, file_path="b")  # queued behind t1
+    d.tool_use("u2", "Edit", UNSAFE, file_path="c")  # queued too
+    if ended:
+        d.end("tool_use")
+        assert d.phase == "running_tools"
+    fx = d.feed(Interrupted(kind="hard"))
+    assert of(fx, CancelTools) == [
+        CancelTools(generation=d.generation, tool_use_ids=("t1",), reason="user_interrupted")
+    ]
+    assert results_in(emitted(fx)) == [
+        ("t1", "Interrupted by user"),
+        ("u1", "Interrupted by user"),
+        ("u2", "Interrupted by user"),
+    ]
+
+
+@pytest.mark.spec("I-2", "I-3", "I-4")
+@pytest.mark.parametrize("ended", [False, True], ids=["streaming", "running_tools"])
+def test_a_submit_interrupt_emits_synthetic_results_before_the_drain(ended: bool) -> None:
+    """A submit interrupt emits the cancelled calls' results at once, while a block tool drains (I-4)."""
+    # kills: the release after the abort deleted (results would wait for the drain to end)
+    d = Driver(default())
+    d.tool_use("t1", "Read", SAFE, file_path="a")  # interrupt="cancel"
+    d.allow("t1")
+    d.tool_use("t2", "Fetch", BLOCKING_SAFE, url="x")  # interrupt="block": keeps running
+    d.allow("t2")
+    if ended:
+        d.end("tool_use")
+    fx = d.feed(Interrupted(kind="submit"))
+    assert d.phase == "draining"
+    assert results_in(emitted(fx)) == [("t1", "Interrupted by user")]
+    fx = d.finish_tool("t2", "fetched")
+    assert results_in(emitted(fx)) == [("t2", "fetched")]
+
+
+@pytest.mark.spec("Q-6", "T-ABORT-TOOLS-1")
+@pytest.mark.parametrize("flagged", [False, True], ids=["default", "Q-6"])
+def test_q6_an_interrupted_round_keeps_the_withheld_mot_error(flagged: bool) -> None:
+    """Under Q-6 an interrupted max-tokens tool round stores its withheld error; by default it is dropped (Q-6)."""
+    # kills: the withheld error dropped from the aborted round's commit under Q-6
+    cfg = default(compat=Compat(unyielded_nudges=flagged))
+    d = Driver(cfg)
+    d.tool_use("t1", "Read", SAFE, file_path="a")
+    d.allow("t1")
+    d.end("max_tokens")
+    assert d.phase == "running_tools"
+    d.feed(Interrupted(kind="hard"))
+    stored = [
+        m.api_error.kind
+        for m in d.state.conversation.messages()
+        if isinstance(m, AssistantMessage) and m.api_error is not None
+    ]
+    assert stored == (["max_output_tokens"] if flagged else [])
+
+
+# --- context -------------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+def test_a_second_collapse_replaces_the_earlier_stub() -> None:
+    """A collapse over a conversation with an earlier stub leaves one stub counting both (S-COLLAPSE-1)."""
+    # kills: the earlier stub kept in the head (stale stubs pile up)
+    cfg = small(history_snip=False, auto_compact=False)
+    d = Driver(cfg)
+    rounds(d, 5, 36_500)  # first collapse: 2 messages folded
+    fx = rounds(d, 3, 36_500)  # over the threshold again: second collapse
+    sent = of(fx, CallModel)[0].conversation.messages()
+    stubs = [m for m in sent if isinstance(m, UserMessage) and m.origin == "collapse"]
+    assert len(stubs) == 1
+    text = stubs[0].content[0]
+    assert isinstance(text, TextBlock) and text.text.startswith("[Context collapsed: ")
+    assert int(text.text.split(" ")[2]) > 2  # the first collapse's 2 messages are counted in
+    assert sent.index(stubs[0]) == 1  # right after the prompt
+
+
+@pytest.mark.spec("R-TOK-1", "R-CTX-4", "S-SNIP-1")
+def test_compaction_forgets_tokens_freed_by_snip() -> None:
+    """Tokens freed by snip are not subtracted from the conversation a compaction put in place (R-TOK-1)."""
+    # kills: `tokens_freed=0` removed from the compaction's replacement of the conversation
+    d = Driver(small(context_collapse=False))
+    fx = rounds(d, 6, 40_000)  # snip frees 2 segments, still over auto-compact: Compact
+    assert of(fx, Compact) and d.state.tokens_freed > 0
+    kept = (
+        UserMessage(id="c1", content=(TextBlock(text="summary " + "y" * 40_000),), is_meta=True),
+    )
+    d.feed(CompactionFinished(compact_id=of(fx, Compact)[0].compact_id, messages=kept))
+    assert d.state.tokens_freed == 0
+    fx = fail(d, "prompt_too_long", status=400)
+    (reactive,) = of(fx, Compact)
+    assert reactive.pre_tokens == Conversation.of(kept).token_count()
+
+
+# --- smaller ones --------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("R-RETRY-4")
+def test_giving_up_tombstones_the_failed_attempt() -> None:
+    """Retries exhausted: the failed attempt's streamed blocks are tombstoned (R-RETRY-4)."""
+    # kills: `tombstone=True` negated in the give-up path
+    d = Driver(default(retry=RetryPolicy(max_retries=0)))
+    d.text("half an answer")
+    (streamed,) = [m for m in d.emitted() if isinstance(m, AssistantMessage)]
+    fx = fail(d, "rate_limited", status=429)
+    assert Emit(item=Tombstone(message_id=streamed.id)) in fx
+    assert d.finished().terminal == Completed()  # type: ignore[union-attr]
+
+
+def _overloaded_to_fallback(d: Driver) -> tuple[Any, ...]:
+    fx: tuple[Any, ...] = ()
+    for _ in range(3):
+        fx = fail(d, "overloaded", status=529)
+        if of(fx, Wait):
+            d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    return fx
+
+
+@pytest.mark.spec("R-RETRY-2")
+def test_fallback_strips_thinking_but_keeps_the_rest_of_a_message() -> None:
+    """The fallback's strip keeps a multi-block message's other blocks and drops a thinking-only one (R-RETRY-2)."""
+    # kills: the kept-blocks test in the thinking strip negated or its append deleted
+    mixed = AssistantMessage(
+        id="a1",
+        response_id="r-old",
+        model="claude-sonnet-4-5",
+        content=(ThinkingBlock(thinking="hmm", signature="sig"), TextBlock(text="kept text")),
+    )
+    only = AssistantMessage(
+        id="a2",
+        response_id="r-old2",
+        model="claude-sonnet-4-5",
+        content=(RedactedThinkingBlock(data="xx"),),
+    )
+    prior: list[Message] = [UserMessage(id="p0", content=(TextBlock(text="hi"),)), mixed, only]
+    d = Driver(default(fallback_model=FALLBACK), session=Session(conversation=Conversation.of(prior)))
+    fx = _overloaded_to_fallback(d)
+    (call,) = of(fx, CallModel)
+    assert call.model == FALLBACK
+    sent = call.conversation.messages()
+    assert attrs.evolve(mixed, content=(TextBlock(text="kept text"),)) in sent
+    assert all(m.id != "a2" for m in sent)
+
+
+@pytest.mark.spec("T-IMAGE-1", "T-MODEL-1", "R-MEDIA-1")
+@pytest.mark.parametrize(
+    ("kind", "message", "result", "error"),
+    [
+        ("image_client", "", "Image error", "Image could not be processed"),
+        ("image_client", "bad png", "bad png", "bad png"),
+        ("unknown", "", "Unknown model error", "API Error: Unknown model error"),
+        ("unknown", "bad", "bad", "API Error: bad"),
+        ("media", "", None, "API Error: media rejected"),
+        ("media", "too big", None, "API Error: too big"),
+    ],
+)
+def test_an_empty_api_message_gets_the_documented_defaults(
+    kind: str, message: str, result: str | None, error: str
+) -> None:
+    """A failure with an empty message gets the documented default texts; a given message wins (T-IMAGE-1)."""
+    # kills: the `or "<default>"` operand dropped (empty texts), or the message operand dropped
+    d = Driver(default(gates=Gates(reactive_compact=False)))  # media surfaces at once
+    d.tool_use("t1", "Read", SAFE, file_path="a")
+    d.allow("t1")
+    fx = fail(d, kind, message=message)
+    assert results_in(emitted(fx)) == ([("t1", result)] if result is not None else [])
+    assert api_error_texts(emitted(fx)) == [error]
+
+
+@pytest.mark.spec("R-CALL-1")
+@pytest.mark.parametrize("source", ["sdk", "agent:explore", "compact"])
+def test_call_model_carries_the_query_source(source: str) -> None:
+    """Every CallModel names the config's query_source, so the shell can tell sources apart (R-CALL-1)."""
+    # kills: the `query_source=` keyword removed from CallModel
+    d = Driver(default(query_source=source))
+    assert [c.query_source for c in of(d.effects, CallModel)] == [source]
+
+
+@pytest.mark.spec("R-RETRY-1")
+@pytest.mark.parametrize(("after", "ms"), [(0, 0), (-5, 0), (1, 1), (2_500, 2_500)])
+def test_retry_after_zero_waits_zero_ms(after: int, ms: int) -> None:
+    """A Retry-After of 0 (or a negative one) waits 0 ms; a positive one waits exactly that (R-RETRY-1)."""
+    # kills: the floor of the retry-after delay moved from 0 to 1 (or -1)
+    d = Driver(default())
+    fx = fail(d, "rate_limited", status=429, retry_after_ms=after)
+    assert [w.ms for w in of(fx, Wait)] == [ms]
