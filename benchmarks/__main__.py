@@ -18,7 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import external, loop_overhead, round_cost, sdk_overhead, streaming_tools
+from benchmarks import (
+    external,
+    import_speed,
+    loop_overhead,
+    round_cost,
+    sdk_overhead,
+    streaming_tools,
+)
 from benchmarks.common import machine, progress
 from benchmarks.report import markdown
 
@@ -29,7 +36,8 @@ ITEMS = {
     "4": "streaming_tools",
     "5": "sdk_overhead",
     "6": "explorer",
-    "7": "corpus",
+    "7": "import_speed",
+    "8": "corpus",
 }
 
 
@@ -73,6 +81,10 @@ def item_explorer(quick: bool) -> dict[str, Any]:
     return external.explorer(quick)
 
 
+def item_import_speed(quick: bool) -> dict[str, Any]:
+    return import_speed.measure((1, 2) if quick else (1, 4, 16))
+
+
 def item_corpus(quick: bool) -> dict[str, Any]:
     from benchmarks import corpus_throughput
 
@@ -86,6 +98,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "streaming_tools": item_streaming_tools,
     "sdk_overhead": item_sdk_overhead,
     "explorer": item_explorer,
+    "import_speed": item_import_speed,
     "corpus": item_corpus,
 }
 

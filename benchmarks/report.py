@@ -56,10 +56,10 @@ def _goal_rows(report: dict[str, Any]) -> list[str]:
                 f"| 4 | on/off wall time, next to the ideal (p+T)/(p+2T) = {item['ideal_ratio']}"
                 f" | {_s(item['ratio_on_over_off'])} | reported (no goal) |"
             )
-        if number == "7" and "commands" in item:
+        if number == "8" and "commands" in item:
             for command, c in item["commands"].items():
                 rows.append(
-                    f"| 7 | {command} over {item['corpus']['traces']:,} traces: 2 workers / 1"
+                    f"| 8 | {command} over {item['corpus']['traces']:,} traces: 2 workers / 1"
                     f" | {_s(c['ratio_2_over_1'])} | reported (no goal) |"
                 )
         if number == "6" and "results" in item:
@@ -215,7 +215,7 @@ def _replay(item: dict[str, Any]) -> list[str]:
 def _corpus(item: dict[str, Any]) -> list[str]:
     c = item["corpus"]
     out = [
-        "## 7. Corpus throughput: traces per second, 1 worker and 2",
+        "## 8. Corpus throughput: traces per second, 1 worker and 2",
         "",
         f"{c['traces']:,} traces ({c['templates']} templates cycled, {c['steps_per_trace']}"
         f" steps per trace, {c['mb']} MB), {item['reps']} repetition(s), interleaved.",
@@ -249,6 +249,27 @@ def _explorer(item: dict[str, Any]) -> list[str]:
         f" | {_num(r['transitions_per_s'])} |",
         "",
     ]
+    return out
+
+
+def _import(item: dict[str, Any]) -> list[str]:
+    out = ["## 7. Importing Claude Code transcripts", ""]
+    out += [
+        f"`{item['source']}` copied k times into one session (a manual compaction between"
+        " copies), imported in a fresh interpreter; the traces of k = 1 replayed exactly.",
+        "",
+        "| copies | records | MB | records/s | turns reproduced | peak RSS MB (baseline)"
+        " | trace records/s (replay) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in item["runs"]:
+        out.append(
+            f"| {r['copies']} | {r['records']:,} | {r['bytes'] / 1e6:.1f}"
+            f" | {_num(r['records_per_s'])} | {r['reproduced']}/{r['turns']}"
+            f" | {r['peak_rss_mb']} ({r['baseline_rss_mb']})"
+            f" | {_num(r['trace_records_per_s']) if 'trace_records_per_s' in r else '—'} |"
+        )
+    out.append("")
     return out
 
 
@@ -324,6 +345,8 @@ def markdown(report: dict[str, Any]) -> str:
         elif key.startswith("6"):
             lines += _explorer(item)
         elif key.startswith("7"):
+            lines += _import(item)
+        elif key.startswith("8"):
             lines += _corpus(item)
     if profiles:
         lines += ["## Where the time goes (missed goals)", "", *profiles]

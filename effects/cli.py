@@ -1,6 +1,6 @@
 """The ``steploop`` command line.
 
-``steploop demo`` runs the seed chapter's walk-through live: a scripted model, the real built-in
+``steploop demo`` runs the walk-through the project started from live: a scripted model, the real built-in
 tools on a scratch copy of a small sample project, the Edit approved, every transition shown as
 it happens. ``steploop run PROMPT`` runs an agent on a workspace.
 
@@ -116,8 +116,8 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         model = ScriptedModel.from_json(demo_script(), traits_for=registry.traits)
         display = Display(out)
         display.line(
-            f"steploop demo: the seed chapter's walk-through (the three-call example the "
-            f"project started from) on a scratch copy at {workspace}"
+            "steploop demo: the walk-through the project started from (a null-pointer fix "
+            f"with a Read and an Edit) on a scratch copy at {workspace}"
         )
         display.line(f"▶ {DEMO_PROMPT}", "bold")
         asker = PermissionAsker() if args.interactive else None
@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="steploop", description="The agent loop as a pure state machine.")
     sub = p.add_subparsers(dest="command", required=True)
     p.add_argument("--version", action="version", version=f"steploop {_version()}")
-    d = sub.add_parser("demo", help="run the seed chapter's walk-through live (no API key needed)")
+    d = sub.add_parser("demo", help="run the walk-through the project started from, live (no API key needed)")
     d.add_argument("--interactive", action="store_true", help="ask before the Edit instead of approving it")
     d.add_argument("--keep", action="store_true", help="keep the scratch copy (default: removed)")
     _config_args(d)
@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
         trace_cli = None  # type: ignore[assignment]
     if trace_cli is not None:
         trace_cli.register(sub)
+    from effects.importer import cli as import_cli
+
+    import_cli.register(sub)
     from effects.temporal import cli as temporal_cli  # needs temporalio only when run
 
     temporal_cli.register(sub)
@@ -322,9 +325,18 @@ def _version() -> str:
         return "0+unknown"
 
 
+def printable(out: TextIO) -> TextIO:
+    """``out``, writing a lone surrogate (text from a trace or a tool, B-TEXT-1) as its
+    ``\\udXXX`` escape instead of raising UnicodeEncodeError."""
+    reconfigure = getattr(out, "reconfigure", None)
+    if reconfigure is not None and getattr(out, "errors", None) in ("strict", "surrogateescape"):
+        reconfigure(errors="backslashreplace")
+    return out
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``steploop`` console script."""
-    out = out or sys.stdout
+    out = printable(out or sys.stdout)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -332,7 +344,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     handler = getattr(args, "handler", None) or COMMANDS[args.command]
     try:
-        return int(handler(args, out))
+        code = int(handler(args, out))
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except (CliError, ConfigError, SteploopError) as e:
         print(f"steploop: error: {_one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE

@@ -198,7 +198,7 @@ def config_from(
 def console_for(out: TextIO, *, stderr: bool = False) -> Any:
     """A ``rich`` console writing to ``out``.
 
-    Colour only on a terminal and never with ``NO_COLOR`` set (rich reads it); off a terminal
+    Colour and bold only on a terminal and never with ``NO_COLOR`` set; off a terminal
     the width is fixed and generous, so what is written never depends on the terminal's width.
     """
     from rich.console import Console
@@ -212,16 +212,17 @@ def console_for(out: TextIO, *, stderr: bool = False) -> Any:
         tty = out.isatty()
     except (AttributeError, ValueError):
         tty = False
+    styled = tty and not os.environ.get("NO_COLOR")
     return _Console(
         file=out,
         stderr=stderr,
         force_terminal=tty,
-        no_color=bool(os.environ.get("NO_COLOR")) or not tty,
+        no_color=not styled,
         highlight=False,
         emoji=False,
         soft_wrap=True,
         width=None if tty else 1000,
-        color_system="auto" if tty else None,
+        color_system="auto" if styled else None,  # None: no escape sequence at all
     )
 
 

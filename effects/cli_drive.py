@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from effects.cli_common import CliError, console_for, exit_code
 from effects.hooks import (
+    DEFAULT_TIMEOUT_S,
     PERMISSION_MODES,
     CommandStopHook,
     HookRun,
@@ -327,7 +328,7 @@ def stop_hooks_from_args(
     for cmd in getattr(args, "stop_hook", None) or ():
         if not cmd.strip():
             raise CliError("--stop-hook takes a command, got an empty string")
-        hooks.append(CommandStopHook(cmd, timeout_s=timeout or 600.0))
+        hooks.append(CommandStopHook(cmd, timeout_s=timeout or DEFAULT_TIMEOUT_S))
     notes.extend(f"settings: {s}" for s in settings.skipped)
     if settings.disabled and settings.hooks:
         notes.append("settings: disableAllHooks is set; the settings' hooks are not run")
@@ -381,9 +382,3 @@ def print_result(res: RunResult, out: TextIO) -> int:
     )
     console.print(text)
     return code
-
-
-def hook_summary(hooks: StopHooks | None) -> Sequence[str]:
-    if hooks is None:
-        return ()
-    return [getattr(h, "name", type(h).__name__) for h in hooks.hooks]

@@ -57,6 +57,7 @@ from effects.trace import (
     replay_exact,
 )
 from reducer import SteploopError
+from reducer.events import CompactionFinished, ModelResponseEnded
 
 __all__ = [
     "MAX_CHUNK",
@@ -103,6 +104,10 @@ class TraceOutcome:
     terminal: str = UNFINISHED
     steps: int = 0
     effects: int = 0
+    compactions: int = 0
+    input_tokens: int = 0
+    """Input tokens of every model response, cache creation and cache reads included."""
+    output_tokens: int = 0
 
 
 Task: TypeAlias = Callable[[str], TraceOutcome]
@@ -112,37 +117,65 @@ Task: TypeAlias = Callable[[str], TraceOutcome]
 # The tasks: one trace in, one outcome out (module level, so a worker imports them by name)
 
 
+@attrs.define
+class _Tally:
+    """What a trace's steps add up to: transitions, compactions and tokens."""
+
+    transitions: Counter[str] = attrs.field(factory=Counter)
+    compactions: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, rec: StepRecord) -> None:
+        if rec.transition is not None:
+            self.transitions[rec.transition.TAG] += 1
+        ev = rec.event
+        if isinstance(ev, CompactionFinished):
+            self.compactions += 1
+        elif isinstance(ev, ModelResponseEnded):
+            u = ev.usage
+            self.input_tokens += (
+                u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+            )
+            self.output_tokens += u.output_tokens
+
+    def outcome(
+        self, path: str, message: str, terminal: str, steps: int, effects: int = 0
+    ) -> TraceOutcome:
+        return TraceOutcome(
+            path=path,
+            status="ok",
+            message=message,
+            transitions=tuple(sorted(self.transitions.items())),
+            terminal=terminal,
+            steps=steps,
+            effects=effects,
+            compactions=self.compactions,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+        )
+
+
 def stats_task(path: str) -> TraceOutcome:
-    """Transition and terminal counts of one trace (read, not replayed)."""
-    transitions: Counter[str] = Counter()
+    """Transition, terminal, compaction and token counts of one trace (read, not replayed)."""
+    tally = _Tally()
     reader = TraceReader(path)
     steps = 0
     for rec in reader:
         if isinstance(rec, StepRecord):
             steps += 1
-            if rec.transition is not None:
-                transitions[rec.transition.TAG] += 1
+            tally.add(rec)
     terminal = reader.end.terminal.TAG if reader.end is not None else UNFINISHED
-    return TraceOutcome(
-        path=path,
-        status="ok",
-        transitions=tuple(sorted(transitions.items())),
-        terminal=terminal,
-        steps=steps,
-    )
+    return tally.outcome(path, "", terminal, steps)
 
 
 def replay_task(
     path: str, verify: Verify = "every", checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
 ) -> TraceOutcome:
-    """Exact replay of one trace; the recorded transitions are counted as it goes."""
-    transitions: Counter[str] = Counter()
-
-    def count(rec: StepRecord) -> None:
-        if rec.transition is not None:
-            transitions[rec.transition.TAG] += 1
-
-    report = replay_exact(path, on_step=count, verify=verify, checkpoint_every=checkpoint_every)
+    """Exact replay of one trace; the recorded transitions, compactions and tokens are counted
+    as it goes."""
+    tally = _Tally()
+    report = replay_exact(path, on_step=tally.add, verify=verify, checkpoint_every=checkpoint_every)
     if report.mismatch is not None:
         return TraceOutcome(
             path=path,
@@ -153,15 +186,13 @@ def replay_task(
         )
     end = f"terminal {report.terminal.TAG}" if report.terminal is not None else "no end record"
     resumed = f", resumed {report.resumes}x" if report.resumes else ""
-    return TraceOutcome(
-        path=path,
-        status="ok",
-        message=f"{report.path}: replayed exactly: {report.steps} steps, {report.effects} "
-        f"effects, {report.messages} messages; {end}{resumed}",
-        transitions=tuple(sorted(transitions.items())),
-        terminal=report.terminal.TAG if report.terminal is not None else UNFINISHED,
-        steps=report.steps,
-        effects=report.effects,
+    return tally.outcome(
+        path,
+        f"{report.path}: replayed exactly: {report.steps} steps, {report.effects} effects, "
+        f"{report.messages} messages; {end}{resumed}",
+        report.terminal.TAG if report.terminal is not None else UNFINISHED,
+        report.steps,
+        report.effects,
     )
 
 
@@ -456,6 +487,9 @@ class CorpusSummary:
     by_status: Counter[str]
     steps: int
     effects: int
+    compactions: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     def exit_status(self) -> int:
         """2 when a trace could not be read or failed, else 1 when one did not replay
@@ -470,7 +504,7 @@ def summarize(outcomes: Iterable[TraceOutcome]) -> CorpusSummary:
     transitions: Counter[str] = Counter()
     terminals: Counter[str] = Counter()
     by_status: Counter[str] = Counter()
-    n = steps = effects = 0
+    n = steps = effects = compactions = input_tokens = output_tokens = 0
     for o in outcomes:
         n += 1
         by_status[o.status] += 1
@@ -479,6 +513,9 @@ def summarize(outcomes: Iterable[TraceOutcome]) -> CorpusSummary:
         if o.status == "ok":
             transitions.update(dict(o.transitions))
             terminals[o.terminal] += 1
+            compactions += o.compactions
+            input_tokens += o.input_tokens
+            output_tokens += o.output_tokens
     return CorpusSummary(
         traces=n,
         transitions=transitions,
@@ -486,6 +523,9 @@ def summarize(outcomes: Iterable[TraceOutcome]) -> CorpusSummary:
         by_status=by_status,
         steps=steps,
         effects=effects,
+        compactions=compactions,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
     )
 
 
@@ -498,7 +538,13 @@ def _print_table(title: str, counts: Counter[str], width: int, out: TextIO) -> N
 
 
 def print_tables(summary: CorpusSummary, out: TextIO) -> None:
-    """The transitions and terminals tables, as ``steploop stats`` prints them."""
+    """The compaction and token line, then the transitions and terminals tables, as
+    ``steploop stats`` prints them."""
+    print(
+        f"compactions {summary.compactions:,}; tokens: {summary.input_tokens:,} in "
+        f"(cache included), {summary.output_tokens:,} out",
+        file=out,
+    )
     width = max((len(k) for k in [*summary.transitions, *summary.terminals]), default=10)
     _print_table("transitions", summary.transitions, width, out)
     _print_table("terminals", summary.terminals, width, out)
@@ -549,7 +595,8 @@ def _run(
 
 
 def stats_command(args: argparse.Namespace, out: TextIO) -> int:
-    """``steploop stats PATH...``: transition and terminal counts over the traces.
+    """``steploop stats PATH...``: transition, terminal, compaction and token counts over the
+    traces.
 
     A trace that cannot be read is skipped with a warning naming it (exit status 0, as
     before); one whose worker failed is reported as an error (exit status 2)."""

@@ -48,8 +48,9 @@ from effects.trace import (
     replay_exact,
     resume_trace,
 )
-from reducer import LoopConfig, SteploopError, profile
+from reducer import LoopConfig, SteploopError
 from reducer.canonical import to_data
+from reducer.config import profile_for
 from reducer.effects import CallModel, Compact, Effect, StartTool
 from reducer.events import ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
@@ -113,6 +114,14 @@ def _steps(reader: TraceReader) -> Iterator[StepRecord]:
 # replay
 
 
+def _recorded_config(path: str) -> LoopConfig:
+    reader = TraceReader(path)
+    for _rec in reader:
+        break
+    assert reader.header is not None
+    return reader.header.config
+
+
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
     from effects import corpus  # several traces, a directory, --jobs, --scheduler
@@ -144,7 +153,9 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError("--script goes with --on-divergence scripted")
     if policy == "scripted" and not args.script:
         raise CliError("--on-divergence scripted needs --script FILE (a JSON list of responses)")
-    base: LoopConfig | None = profile(args.profile) if args.profile else None
+    base: LoopConfig | None = None
+    if args.profile:  # [P-RUN-1] the profile's machine, the recorded run's model and window
+        base = profile_for(args.profile, _recorded_config(args.trace))
     overrides = _overrides(args.set)
     script = _load_json(args.script) if args.script else None
     client: Any = None
@@ -684,7 +695,9 @@ def register(subparsers: Any) -> dict[str, Handler]:
     )
     s.set_defaults(handler=cmd_show)
 
-    st = subparsers.add_parser("stats", help="transition and terminal counts over *.jsonl in DIR")
+    st = subparsers.add_parser(
+        "stats", help="transition, terminal, compaction and token counts over traces"
+    )
     st.add_argument("dir", metavar="DIR", nargs="+", help="directories, traces, @LIST files")
     corpus_options(st, progress=True)
     st.set_defaults(handler=cmd_stats)
@@ -704,7 +717,9 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    out = out or sys.stdout
+    from effects.cli import printable
+
+    out = printable(out or sys.stdout)
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -203,6 +203,7 @@ _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:18px;margin:0 0 4px}h2{font-size:15px;margin:24px 0 8px}
 .meta{color:#555;margin:0 0 2px}
+.scroll{overflow-x:auto;max-width:100%}
 #timeline{border:1px solid #ddd;background:#fafafa;display:block}
 #timeline .limit{stroke-width:1.5;stroke-dasharray:6 4}
 #timeline .limit.compact{stroke:#ff7f0e}#timeline .limit.blocking{stroke:#d62728}#timeline .limit.window{stroke:#777}
@@ -317,7 +318,7 @@ def write_html(trace: str | os.PathLike[str], out: str | os.PathLike[str]) -> Pa
 <p class="meta">prompt: {html.escape(str(data['prompt'])[:300])}</p>
 <p class="meta" id="summary"></p>
 <h2>Timeline: the prompt's size per round against the context window</h2>
-<svg id="timeline" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="one bar per round"></svg>
+<div class="scroll"><svg id="timeline" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="one bar per round"></svg></div>
 <div id="legend"></div>
 <div id="details">hover a bar for its round</div>
 <h2>The machine: the path this run took</h2>

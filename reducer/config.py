@@ -29,6 +29,7 @@ __all__ = [
     "default",
     "full",
     "profile",
+    "profile_for",
 ]
 
 
@@ -127,7 +128,7 @@ class Gates:
 class Compat:
     """Compatibility flags: each reproduces one flaw of the reference (facts file section 11).
 
-    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-11).
+    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-12).
     """
 
     reescalate_after_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-1
@@ -141,6 +142,7 @@ class Compat:
     model_error_leaves_tools_running: bool = attrs.field(default=False, validator=_bool)  # Q-9
     summary_dropped_on_abort: bool = attrs.field(default=False, validator=_bool)  # Q-10
     stop_hook_active_cleared_by_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-11
+    nonsafe_tools_start_mid_stream: bool = attrs.field(default=False, validator=_bool)  # Q-12
 
 
 @attrs.frozen(kw_only=True)
@@ -370,6 +372,23 @@ def profile(name: str) -> LoopConfig:
         raise ConfigError(
             f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}"
         ) from None
+
+
+#: What belongs to a run rather than to a machine: kept when a profile is applied to it.
+RUN_IDENTITY: tuple[str, ...] = (
+    "model",
+    "fallback_model",
+    "context_window",
+    "max_output_tokens",
+    "query_source",
+    "agent_id",
+)
+
+
+def profile_for(name: str, run: LoopConfig) -> LoopConfig:
+    """[P-RUN-1] The named profile's machine for a recorded run: its gates, flags and
+    constants, with the run's own model, fallback, window, output cap, query source and agent."""
+    return attrs.evolve(profile(name), **{k: getattr(run, k) for k in RUN_IDENTITY})
 
 
 def profiles_markdown() -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "CompactionFinished",
     "Event",
     "Interrupted",
+    "MessagesInserted",
     "ModelBlockReceived",
     "ModelCallFailed",
     "ModelResponseEnded",
@@ -214,6 +215,17 @@ class CommandQueued:
     at_ms: int = 0
 
 
+@attrs.frozen(kw_only=True)
+class MessagesInserted:
+    """The shell added messages to the turn without a model call: an attachment, a skill's or
+    a slash command's expansion, hook context (R-INSERT-1). Legal while a model call has
+    produced nothing yet; the call is then made again with the messages before it."""
+
+    TAG: ClassVar[str] = "messages_inserted"
+    messages: tuple[Message, ...]
+    at_ms: int = 0
+
+
 Event: TypeAlias = (
     ModelBlockReceived
     | ModelResponseEnded
@@ -227,4 +239,5 @@ Event: TypeAlias = (
     | WaitElapsed
     | ToolUseSummaryReady
     | CommandQueued
+    | MessagesInserted
 )

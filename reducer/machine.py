@@ -63,6 +63,7 @@ from reducer.events import (
     CompactionFinished,
     Event,
     Interrupted,
+    MessagesInserted,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
@@ -512,7 +513,11 @@ def _schedule(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
         if sl.status != "queued":
             continue
         safe = sl.traits.concurrency_safe
-        allowed_now = r.ended or (safe and cfg.gates.streaming_tool_execution)
+        # [Q-12] the reference starts a non-safe tool mid-stream too, when nothing executes
+        allowed_now = r.ended or (
+            cfg.gates.streaming_tool_execution
+            and (safe or cfg.compat.nonsafe_tools_start_mid_stream)
+        )
         if allowed_now and (not busy or (safe and all_safe)):
             slots[i] = evolve(sl, status="asking")
             fx.append(
@@ -1455,6 +1460,24 @@ def on_compaction_failed(s: LoopState, e: CompactionFailed, cfg: LoopConfig, fx:
     return _blocking_then_call(s, cfg, fx)
 
 
+def on_messages_inserted(s: LoopState, e: MessagesInserted, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[R-INSERT-1] messages the shell adds join the conversation before the model answers:
+    the outstanding call (which has produced nothing) is withdrawn, the messages are emitted
+    and appended, and the round begins again with them (its pipeline, then a new call)."""
+    r = s.round
+    if r.blocks or r.ended:
+        raise IllegalEvent(
+            s.phase,
+            e,
+            allowed_events(s.phase),
+            f"model call {r.call_id} has already answered; messages are inserted before an answer",
+        )
+    fx.append(CancelModelCall(call_id=r.call_id))
+    fx.extend(Emit(item=m) for m in e.messages)
+    s = evolve(s, conversation=s.conversation.extend(e.messages))
+    return _begin_round(s, cfg, fx, e.at_ms)
+
+
 def on_command_queued(s: LoopState, e: CommandQueued, cfg: LoopConfig, fx: FX) -> LoopState:
     return evolve(s, queued_commands=(*s.queued_commands, (e.command_id, e.text)))
 
@@ -1533,6 +1556,7 @@ TABLE: dict[Phase, dict[type, Handler]] = {
         ModelCallFailed: on_call_failed,
         ToolFinished: on_tool_finished,
         PermissionAnswered: on_permission,
+        MessagesInserted: on_messages_inserted,
     },
     "waiting_retry": {**_LATE, **_ALWAYS, WaitElapsed: on_wait_elapsed},
     "running_tools": {

@@ -28,7 +28,8 @@ Three facts of the machine the table encodes:
   one, whose answer the machine ignores (R-SUM-1).
 
 Events nobody asked for (:data:`UNASKED`): ``Interrupted`` and ``CommandQueued``, which the
-world may send in every phase but ``done``.
+world may send in every phase but ``done``, and ``MessagesInserted``, which it may send while a
+model call has produced nothing yet (R-INSERT-1).
 
 :func:`awaiting` reads the requests a state still waits for off the state alone, in a fixed
 order (the model call, the tool slots in order, the wait / compaction / stop hooks, the
@@ -66,6 +67,7 @@ from reducer.events import (
     CompactionFinished,
     Event,
     Interrupted,
+    MessagesInserted,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
@@ -187,8 +189,9 @@ REQUESTS: Final[tuple[RequestKind, ...]] = (
     ),
 )
 
-UNASKED: Final[tuple[type, ...]] = (Interrupted, CommandQueued)
-"""The events the world may send unasked, in every phase but ``done``."""
+UNASKED: Final[tuple[type, ...]] = (Interrupted, CommandQueued, MessagesInserted)
+"""The events the world may send unasked: the first two in every phase but ``done``, the
+inserted messages while a model call has produced nothing (R-INSERT-1)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ RULE = re.compile(r"^### (\S+) ·", re.M)
 MARK = re.compile(r"spec\(((?:\s*\"[^\"]+\"\s*,?)+)\)")
 
 
-SPEC_FILES = ("rules.md", "invariants.md")
+SPEC_FILES = ("rules.md", "invariants.md", "import.md")
 
 
 def spec_ids() -> set[str]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 import attrs
+import cattrs
 
 from effects.trace.format import (
     _ALLOWED,
@@ -38,13 +39,20 @@ from effects.trace.format import (
     _Bad,
     _hollow,
 )
+from effects.trace.strict import (
+    MAX_INT_DIGITS,
+    MAX_LINE_DEPTH,
+    limits_problem,
+    provenance_problem,
+    type_problem,
+)
 from reducer import PHASES, ConfigError, LoopConfig, Request, Session
 from reducer.conversation import Conversation
 from reducer.digest import STATE_FIELDS
 from reducer.effects import Effect, Emit
 from reducer.events import CompactionFinished, Event
 from reducer.messages import Message
-from reducer.serialize import SerializationError, converter, fast_structurer, structure
+from reducer.serialize import SerializationError, _explain, converter, fast_structurer
 from reducer.transitions import Terminal, Transition
 
 _orjson: Any
@@ -90,21 +98,56 @@ def _find(exc: BaseException, cls: type[BaseException]) -> BaseException | None:
     return None
 
 
-def _structure(data: Any, cls: Any, what: str) -> Any:
-    try:
-        return structure(data, cls)
-    except SerializationError as e:
+def _structure(data: Any, cls: Any, what: str, problem: str | None = "check") -> Any:
+    """``cls`` from ``data``, strictly: the compiled structurer (which never coerces) when it
+    takes the data; else the data must pass :func:`type_problem` (``problem``: its verdict,
+    already made by the caller on the data as written) and then the converter. An error of the
+    converter's own (an unknown tag, a config the config rejects) is worded as it words it;
+    otherwise the strict check's finding (the converter would have coerced "false" to True)."""
+    fast = fast_structurer(cls)
+    if fast is not None:
         try:
-            converter.structure(data, cls)
-        except Exception as inner:
-            cfg = _find(inner, ConfigError)
-            if cfg is not None:
-                raise _Bad(f"{what}: {cfg}") from None
-        raise _Bad(f"{what}: {e}") from None
+            return fast(data)
+        except Exception:  # the general code below decides, and words the error
+            pass
+    if problem == "check":
+        problem = type_problem(data, cls)
+    try:
+        value = converter.structure(data, cls)
+    except Exception as e:
+        cfg = _find(e, ConfigError)
+        if cfg is not None:
+            raise _Bad(f"{what}: {cfg}") from None
+        # the converter's own wording (an unknown tag, an extra field, ...), which the
+        # malformed-trace corpus pins; else the strict check's (the converter failed in a way
+        # it cannot word, an AttributeError on a list where an object belongs)
+        if isinstance(e, (SerializationError, cattrs.BaseValidationError)):
+            raise _Bad(f"{what}: {_explain(e)}") from None
+        raise _Bad(f"{what}: {problem or f'{type(e).__name__}: {e}'}") from None
+    if problem is not None:  # the converter took it only by coercing ("false" -> True)
+        raise _Bad(f"{what}: {problem}")
+    return value
 
 
 _DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # each digit -> "0"
 _LONG_NUMBER = b"0" * 19
+_HUGE_NUMBER = b"0" * (MAX_INT_DIGITS + 1)  # a run this long may be an integer over the limit
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # 1e400 reads as inf, which JSON cannot carry
+        raise ValueError(f"{text} is out of the range of a JSON number")
+    return value
+
+
+# Python's json, without what only it accepts: NaN, Infinity and numbers that overflow to inf
+_DECODER = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
+_decode = _DECODER.decode
 
 
 def _fast_loads(raw: bytes) -> Any:
@@ -117,7 +160,7 @@ def _fast_loads(raw: bytes) -> Any:
     """
     if _orjson is not None and _LONG_NUMBER not in raw.translate(_DIGITS):
         return _orjson.loads(raw)
-    return json.loads(raw.decode("utf-8"))
+    return _decode(raw.decode("utf-8"))
 
 
 class _ReaderBindings:
@@ -212,6 +255,7 @@ def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
         except Exception:  # the general code decides, and words the error
             pass
     _check_tag(data, what)
+    problem = type_problem(data, Event, "trace")
     if isinstance(data, dict) and data.get("type") == CompactionFinished.TAG and "messages" in data:
         raw = data["messages"]
         if not isinstance(raw, list):
@@ -220,9 +264,9 @@ def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
             messages = tuple(b.resolve(x) for x in raw)
         except _Bad as e:
             raise _Bad(f"{what}: {e}") from None
-        ev = _structure({**data, "messages": []}, Event, what)
+        ev = _structure({**data, "messages": []}, Event, what, problem)
         return attrs.evolve(ev, messages=messages)  # type: ignore[no-any-return]
-    return _structure(data, Event, what)  # type: ignore[no-any-return]
+    return _structure(data, Event, what, problem)  # type: ignore[no-any-return]
 
 
 _EMIT_KEYS = frozenset({"type", "item"})
@@ -276,20 +320,22 @@ def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
                 conv = _decode_conversation(data["conversation"])
             except _Bad as e:
                 raise _Bad(f"{what}: {e}") from None
-            eff = _structure({**data, "conversation": []}, Effect, what)
+            problem = type_problem(data, Effect, "trace")
+            eff = _structure({**data, "conversation": []}, Effect, what, problem)
             return attrs.evolve(eff, conversation=conv)  # type: ignore[no-any-return]
-    return _structure(data, Effect, what)  # type: ignore[no-any-return]
+    return _structure(data, Effect, what, type_problem(data, Effect, "trace"))  # type: ignore[no-any-return]
 
 
 _BLOCK = 1 << 14
 
 
-def _blocks(f: IO[bytes], check: bool) -> Iterator[tuple[list[bytes], bool, int]]:
+def _blocks(f: IO[bytes], check: bool) -> Iterator[tuple[list[bytes], bool, int, bool]]:
     """The lines of ``f`` (as ``for raw in f`` splits them), a block of whole lines at a time,
-    without their newlines: ``(lines, clean, nl)``. ``clean``: ``check`` and no line of the
-    block holds a run of 19 digits, so _fast_loads would hand each to orjson (the check is made
-    once per block, not once per line). ``nl`` is 1; 0 for a last line without a newline,
-    which comes alone, last.
+    without their newlines: ``(lines, clean, nl, huge)``. ``clean``: ``check`` and no line of
+    the block holds a run of 19 digits, so _fast_loads would hand each to orjson (the check is
+    made once per block, not once per line). ``nl`` is 1; 0 for a last line without a newline,
+    which comes alone, last. ``huge``: some line of the block holds a run of more than
+    MAX_INT_DIGITS digits (so its lines are checked for an integer over the limit).
     """
     parts: list[bytes] = []  # the start of a line that goes on in the next read
     while True:
@@ -308,9 +354,10 @@ def _blocks(f: IO[bytes], check: bool) -> Iterator[tuple[list[bytes], bool, int]
         if last:
             parts.append(last)
         # a newline becomes a space, so no run found spans two lines
-        yield lines, check and _LONG_NUMBER not in chunk.translate(_DIGITS), 1
+        digits = chunk.translate(_DIGITS)
+        yield lines, check and _LONG_NUMBER not in digits, 1, _HUGE_NUMBER in digits
     if parts:
-        yield [b"".join(parts)], False, 0
+        yield [b"".join(parts)], False, 0, True
 
 
 class TraceReader:
@@ -367,7 +414,7 @@ class TraceReader:
             # keys _check_keys takes goes straight to _step or _message: _record would make
             # no other check before handing it over. (The bulk of a trace.)
             lane = False
-            for lines, clean, nl in _blocks(f, loads is not None):
+            for lines, clean, nl, huge in _blocks(f, loads is not None):
                 tail = not nl
                 for line in lines:
                     ln += 1
@@ -382,8 +429,19 @@ class TraceReader:
                     if obj.__class__ is not dict:
                         obj = self._parse_line(line + b"\n" if nl else line, ln, tail)
                         if obj is None:  # a truncated tail we were told to tolerate
+                            if self.header is None:  # nothing of the trace is left
+                                raise self.error(
+                                    ln, "the header record is truncated; there is no trace here"
+                                )
                             self.truncated_tail = True
                             return
+                    # the limits (trace-format.md): only a line with enough brackets to nest
+                    # past them, or a long run of digits, is walked
+                    if (
+                        line.count(b"[") + line.count(b"{") > MAX_LINE_DEPTH
+                        or (huge and _HUGE_NUMBER in line.translate(_DIGITS))
+                    ) and (problem := limits_problem(obj)) is not None:
+                        raise self.error(ln, problem)
                     offset += len(line) + nl
                     if lane:
                         kind = obj.get("record")
@@ -478,13 +536,21 @@ class TraceReader:
         if not text.strip():
             raise self.error(ln, "a blank line; every line holds one JSON record")
         try:
-            obj = json.loads(text[:-1] if text.endswith("\n") else text)
+            obj = _decode(text[:-1] if text.endswith("\n") else text)
         except json.JSONDecodeError as e:
             if tail:
                 if self.tolerate_truncated_tail:
                     return None
                 raise self.error(ln, truncated) from None
             raise self.error(ln, f"not valid JSON: {e.msg} at column {e.colno}") from None
+        except RecursionError:
+            raise self.error(
+                ln, f"nested deeper than {MAX_LINE_DEPTH} levels of arrays and objects"
+            ) from None
+        except ValueError as e:  # NaN, Infinity, 1e400, or an integer of thousands of digits
+            if "digits" in str(e):
+                raise self.error(ln, f"an integer of more than {MAX_INT_DIGITS} digits") from None
+            raise self.error(ln, f"not valid JSON: {e}") from None
         if not isinstance(obj, dict):
             raise self.error(ln, f"a record must be a JSON object, got {type(obj).__name__}")
         return obj
@@ -524,8 +590,8 @@ class TraceReader:
         after = _int(obj["after"], "resume record: 'after'", -1)
         if after != last_i:
             raise _Bad(f"the resume record follows step {after}, but the last step is {last_i}")
-        if not isinstance(obj["provenance"], dict):
-            raise _Bad("resume record: 'provenance' must be an object")
+        if (problem := provenance_problem(obj["provenance"])) is not None:
+            raise _Bad(f"resume record: provenance: {problem}")
         if not isinstance(obj["reissued"], list):
             raise _Bad("resume record: 'reissued' must be a list")
         fresh = _ReaderBindings(b.window)
@@ -571,8 +637,8 @@ class TraceReader:
         _check_keys(obj, "header")
         if not isinstance(obj["steploop"], str):
             raise _Bad("header: 'steploop' must be a string")
-        if not isinstance(obj["provenance"], dict):
-            raise _Bad("header: 'provenance' must be an object")
+        if (problem := provenance_problem(obj["provenance"])) is not None:
+            raise _Bad(f"header: provenance: {problem}")
         window = _int(obj["message_window"], "header: 'message_window'", 1)
         if window > MAX_MESSAGE_WINDOW:
             raise _Bad(f"header: 'message_window' must be at most {MAX_MESSAGE_WINDOW}")

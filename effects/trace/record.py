@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, TypeAlias
+
+import attrs
 
 from effects.trace.format import (
     DEFAULT_MESSAGE_WINDOW,
@@ -20,14 +23,16 @@ from effects.trace.format import (
     encode_event,
 )
 from effects.trace.provenance import (
-    REDACTED,
     _check_provenance,
     _secrets,
     _steploop_version,
+    client_secrets,
     make_provenance,
+    redaction_marker,
 )
 from reducer import LoopConfig, LoopState, Request, Session, start, step
 from reducer.canonical import canonical_bytes, digest_bytes
+from reducer.conversation import Conversation
 from reducer.digest import STATE_FIELDS, StateDigester, field_digests
 from reducer.effects import (
     AskPermission,
@@ -60,15 +65,34 @@ class _WriterBindings:
         self.seq = 0
         self.by_id: dict[str, tuple[int, bytes]] = {}
         self.order: deque[tuple[int, str]] = deque()
+        self.journal = []
 
     def bound(self, mid: str, digest: bytes) -> bool:
         got = self.by_id.get(mid)
         return got is not None and got[1] == digest
 
     def bind(self, mid: str, digest: bytes) -> None:
+        self.journal.append((mid, self.by_id.get(mid)))
         self.seq += 1
         self.by_id[mid] = (self.seq, digest)
         self.order.append((self.seq, mid))
+
+    journal: list[tuple[str, tuple[int, bytes] | None]]
+    """The binds since :meth:`mark`, so that :meth:`undo` can take them back."""
+
+    def mark(self) -> None:
+        self.journal = []
+
+    def undo(self) -> None:
+        """Forget the binds since :meth:`mark` (the lines that made them are not written)."""
+        for mid, prev in reversed(self.journal):
+            self.order.pop()
+            self.seq -= 1
+            if prev is None:
+                del self.by_id[mid]
+            else:
+                self.by_id[mid] = prev
+        self.journal = []
 
     def evict(self) -> None:
         """After a step record: keep the newest ``window`` message records bound."""
@@ -82,6 +106,43 @@ class _WriterBindings:
         self.order.clear()
 
 
+def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """``value`` with ``fn`` applied to every str in it (dict keys too), through attrs
+    instances, tuples, lists, dicts and conversations; the same object when nothing changed."""
+    cls = value.__class__
+    if cls is str:
+        return fn(value)
+    if value is None or cls in (int, bool, float):
+        return value
+    if cls is tuple or cls is list:
+        items = [_map_strings(v, fn) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return cls(items)
+    if cls is dict:
+        out = {_map_strings(k, fn): _map_strings(v, fn) for k, v in value.items()}
+        same = len(out) == len(value) and all(
+            k1 is k2 and v1 is v2
+            for (k1, v1), (k2, v2) in zip(out.items(), value.items(), strict=True)
+        )
+        return value if same else out
+    if cls is Conversation:
+        messages = value.messages()
+        new = _map_strings(messages, fn)
+        return value if new is messages else Conversation.of(new)
+    if attrs.has(cls):
+        changes = {}
+        for f in attrs.fields(cls):
+            if not f.init:
+                continue
+            old = getattr(value, f.name)
+            got = _map_strings(old, fn)
+            if got is not old:
+                changes[f.alias or f.name] = got
+        return attrs.evolve(value, **changes) if changes else value
+    return value
+
+
 class TraceRecorder:
     """Writes a trace, one flushed write per step; usable as ``observer=`` of ``run()``.
 
@@ -92,7 +153,15 @@ class TraceRecorder:
         provenance: see :func:`make_provenance` (default: made here, without a client).
         message_window: how many message records a reader keeps bound.
         secrets: strings that must never reach the file (the values of ANTHROPIC_API_KEY and
-            ANTHROPIC_AUTH_TOKEN are added); each is replaced by ``[REDACTED]``.
+            ANTHROPIC_AUTH_TOKEN are added, and :meth:`attach` adds the credentials the run's
+            model client holds); each is replaced by a marker of its length
+            (:func:`~effects.trace.provenance.redaction_marker`).
+
+    Redaction is made on values, before encoding (specs/trace-format.md §2): once an input
+    (the request, an event) holds a secret, the recorder steps a shadow of the machine on the
+    redacted inputs and writes what the shadow did (its effects, its state digests), which is
+    exactly what a replay of the file does. A redacted trace therefore replays exactly and can
+    be resumed; the run it describes is the run with each secret replaced by its marker.
 
     Use ``with TraceRecorder(...) as rec:`` or call :meth:`close`.
     """
@@ -122,7 +191,21 @@ class TraceRecorder:
             self._owns = False
         self._window = message_window
         self._bindings = _WriterBindings(message_window)
-        self._secrets = _secrets(secrets)
+        self._secrets: tuple[str, ...] = ()
+        self._masks: tuple[tuple[str, str], ...] = ()
+        self._escaped: tuple[tuple[str, str], ...] = ()  # (secret as JSON writes it, marker)
+        self.add_secrets(_secrets(secrets))
+        # the redacted turn: its config, request and session as written; the shadow state,
+        # stepped on redacted events, once an input held a secret (None: the run's own state
+        # is what is written); False once the shadow could not follow the run
+        self._config: LoopConfig | None = None
+        self._request: Request | None = None
+        self._session: Session | None = None
+        self._shadow: LoopState | None = None
+        self._shadowing = False
+        self._shadow_ok = True
+        self._ended_now = False
+        self._new_fields: dict[str, str] = {}
         self._next = 0
         self._has_header = False
         self._ended = False
@@ -132,8 +215,19 @@ class TraceRecorder:
         self._digester = StateDigester()  # state and field digests at the cost of the change
         self.redactions = 0
         """How many times a secret was replaced in this file."""
+        self.diverged_at: int | None = None
+        """The step from which the redacted run could not be followed (its effects differed
+        from the run's); from there the file holds the run's digests, so replay reports a
+        mismatch there. None in every case seen so far (markers keep every length)."""
         if config is not None and request is not None:
             self.header(config, session, request)
+
+    def add_secrets(self, secrets: Iterable[str]) -> None:
+        """Keep these strings out of the file too (at least 8 characters each)."""
+        merged = _secrets([*self._secrets, *secrets])
+        self._secrets = merged
+        self._masks = tuple((s, redaction_marker(len(s))) for s in merged)
+        self._escaped = tuple((json.dumps(s)[1:-1], json.dumps(m)[1:-1]) for s, m in self._masks)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -150,6 +244,12 @@ class TraceRecorder:
         """Write the header record (once, first)."""
         if self._has_header:
             raise RuntimeError("the header was already written")
+        wconfig, wsession, wrequest = self._redact((config, session, request))
+        self._config, self._session, self._request = wconfig, wsession, wrequest
+        # a secret in the turn's own input: the written run starts from the redacted one
+        self._shadowing = (
+            wconfig is not config or wsession is not session or wrequest is not request
+        )
         rec = {
             "record": "header",
             "format": FORMAT,
@@ -157,9 +257,9 @@ class TraceRecorder:
             "steploop": _steploop_version(),
             "provenance": self._provenance,
             "message_window": self._window,
-            "config": unstructure(config),
-            "session": None if session is None else unstructure(session),
-            "request": unstructure(request),
+            "config": unstructure(wconfig),
+            "session": None if wsession is None else unstructure(wsession),
+            "request": unstructure(wrequest),
         }
         self._write([_dumps(rec)])
         self._has_header = True
@@ -171,6 +271,7 @@ class TraceRecorder:
             rec = TraceRecorder(path, provenance=make_provenance(model=model))
             r = rec.attach(run("Fix the bug", model=model, observer=rec))
         """
+        self.add_secrets(client_secrets(getattr(run, "_model", None)))
         self.header(run.config, getattr(run, "_session", None), run.request)
         return run
 
@@ -182,6 +283,84 @@ class TraceRecorder:
             raise RuntimeError("the turn has ended; nothing may follow the end record")
         if (event is None) != (self._next == 0):
             raise ValueError("step 0 is start() (event None); every later step has an event")
+        if not self._shadowing:
+            self._bindings.mark()
+            lines = self._lines(event, state, effects)
+            if not self._leaks(lines):  # the common case: the run's own step is written
+                self._write(lines)
+                self._after(state)
+                return
+            self._bindings.undo()  # an input holds a secret: from here the redacted run
+            self._shadowing = True
+            self._shadow = self._prev
+        if self._shadow_ok:
+            written = self._shadow_step(event, effects)
+            if written is not None:
+                w_event, state, effects = written
+                self._write(self._lines(w_event, state, effects))
+                self._after(state)
+                return
+        self._write(self._lines(event, state, effects))  # the text-level safety net redacts
+        self._after(state)
+
+    def _shadow_step(
+        self, event: Event | None, effects: Sequence[Effect]
+    ) -> tuple[Event | None, LoopState, tuple[Effect, ...]] | None:
+        """Step the redacted run on the redacted event; None (and no more shadowing) when its
+        effects are not the run's, kind for kind."""
+        if self._config is None or self._request is None:  # a resumed file, turn unknown
+            self._shadow_ok = False
+            self.diverged_at = self._next
+            return None
+        w_event = self._redact(event)
+        if w_event is None:
+            state, fx = start(self._request, self._config, self._session)
+        else:
+            assert self._shadow is not None
+            state, fx = step(self._shadow, w_event, self._config)
+        if len(fx) != len(effects) or any(
+            type(a) is not type(b) for a, b in zip(fx, effects, strict=True)
+        ):
+            self._shadow_ok = False
+            self.diverged_at = self._next
+            return None
+        self._shadow = state
+        return w_event, state, fx
+
+    def _after(self, state: LoopState) -> None:
+        self._fields.update(self._new_fields)
+        self._bindings.evict()
+        if self._ended_now:
+            self._ended = True
+        self._next += 1
+        self._prev = state
+
+    def _leaks(self, lines: list[str]) -> bool:
+        escaped = self._escaped
+        if not escaped:
+            return False
+        for line in lines:
+            for secret, _ in escaped:
+                if secret in line:
+                    return True
+        return False
+
+    def _redact(self, value: Any) -> Any:
+        """``value`` with every secret in every string replaced by its marker (through attrs
+        instances, tuples, lists, dicts and conversations); the same object when none is."""
+        if not self._masks:
+            return value
+        return _map_strings(value, self._mask)
+
+    def _mask(self, text: str) -> str:
+        for secret, marker in self._masks:
+            if secret in text:
+                self.redactions += text.count(secret)
+                text = text.replace(secret, marker)
+        return text
+
+    def _lines(self, event: Event | None, state: LoopState, effects: Sequence[Effect]) -> list[str]:
+        """The lines of one step: new message records, the step record, the end record."""
         lines: list[str] = []
         ref = self._ref(lines)
         rec: dict[str, Any] = {
@@ -200,14 +379,12 @@ class TraceRecorder:
             rec["transition"] = unstructure(state.transition)
         rec["fields"] = self._changed_fields(state)
         lines.append(_dumps(rec))
+        self._ended_now = False
         if effects and isinstance(effects[-1], Finish):
             end = {"record": "end", "i": self._next, "terminal": unstructure(effects[-1].terminal)}
             lines.append(_dumps(end))
-            self._ended = True
-        self._write(lines)
-        self._bindings.evict()
-        self._next += 1
-        self._prev = state
+            self._ended_now = True
+        return lines
 
     def _ref(self, lines: list[str]) -> RefFn:
         def ref(m: Message) -> dict[str, str]:
@@ -220,7 +397,8 @@ class TraceRecorder:
         return ref
 
     def _changed_fields(self, state: LoopState) -> dict[str, str]:
-        """Digests of the fields whose value differs from what was last recorded for them."""
+        """Digests of the fields whose value differs from what was last recorded for them
+        (kept as recorded by :meth:`_after`, once the lines are written)."""
         out: dict[str, str] = {}
         prev = self._prev
         for name in STATE_FIELDS:
@@ -229,18 +407,18 @@ class TraceRecorder:
                 continue  # unchanged fields are shared between states
             d = self._digester.field_digest(state, name)
             if self._fields.get(name) != d:
-                self._fields[name] = d
                 out[name] = d
+        self._new_fields = out
         return out
 
     def _write(self, lines: list[str]) -> None:
         if self._closed:
             raise RuntimeError("the trace recorder is closed")
         text = "\n".join(lines) + "\n"
-        for secret in self._secrets:
+        for secret, marker in self._escaped:  # the safety net: anything still holding one
             if secret in text:
                 self.redactions += text.count(secret)
-                text = text.replace(secret, REDACTED)
+                text = text.replace(secret, marker)
         self._file.write(text)
         self._file.flush()
 
@@ -256,8 +434,13 @@ class TraceRecorder:
         window: int,
         provenance: Mapping[str, Any],
         secrets: Iterable[str] | None,
+        turn: tuple[LoopConfig, Session | None, Request] | None = None,
     ) -> TraceRecorder:
+        """A recorder appending to a resumed trace; ``turn``: the header's config, session
+        and request (what a redacted run steps with, should a secret appear)."""
         rec = cls(file, provenance=provenance, message_window=window, secrets=secrets)
+        if turn is not None:
+            rec._config, rec._session, rec._request = turn
         rec._owns = True
         rec._has_header = True
         rec._next = next_index

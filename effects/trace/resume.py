@@ -11,7 +11,7 @@ import attrs
 
 from effects.trace.counterfactual import Key, _cancelled_keys, _effect_key, _event_key
 from effects.trace.format import StepRecord, TraceError, TraceHeader
-from effects.trace.provenance import make_provenance
+from effects.trace.provenance import client_secrets, make_provenance
 from effects.trace.read import TraceReader
 from effects.trace.record import TraceRecorder
 from effects.trace.replay import _check_step, _Walk
@@ -206,6 +206,7 @@ class Resumption:
             window=header.message_window,
             provenance=prov,
             secrets=secrets,
+            turn=(header.config, header.session, header.request),
         )
         self.synthesized: list[Event] = []
         """Events resume made up for work cut off mid-way, already stepped and recorded."""
@@ -242,6 +243,7 @@ class Resumption:
 
         header = self.point.header
         resume = (self.state, self.effects) if self.state is not None else None
+        self.recorder.add_secrets(client_secrets(kwargs.get("model")))
         return run(
             header.request,
             config=header.config,

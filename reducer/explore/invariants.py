@@ -23,8 +23,11 @@ from reducer.explore.world import RECOVERABLE
 from reducer.machine import MOT_NUDGE
 from reducer.messages import (
     AssistantMessage,
+    AttachmentMessage,
     Message,
+    SystemMessage,
     TextBlock,
+    Tombstone,
     ToolResultBlock,
     ToolUseBlock,
     UserMessage,
@@ -525,6 +528,134 @@ class NoProgressFreeCycle(Invariant):
         return mon, False, None
 
 
+class ResultsNeverReplaced(Invariant):
+    """INV-14: a finished call's result is the one emitted and stored; no result is emitted twice."""
+
+    id = "INV-14"
+    title = "tool results never replaced nor emitted twice"
+
+    def check(self, mon: Any, o: Observation) -> Verdict:
+        s = o.state
+        results = [
+            (m.id, b)
+            for m in o.emitted
+            if isinstance(m, UserMessage) and m.origin == "tool_result"
+            for b in m.content
+            if isinstance(b, ToolResultBlock)
+        ]
+        if s is None or not s.round.slots:
+            return mon, False, None
+        before = {sl.tool_use_id: sl for sl in s.round.slots}
+        # exercised: the round ends or is repaired while a finished call waits to be emitted
+        ex = any(sl.status == "done" and sl.message is None for sl in s.round.slots) and (
+            o.terminal is not None or o.continued is not None or bool(results)
+        )
+        seen: set[str] = set()
+        for _mid, b in results:
+            tid = b.tool_use_id
+            if tid in seen:
+                return mon, ex, f"the result of {tid} is emitted twice in one step"
+            seen.add(tid)
+            sl = before.get(tid)
+            if sl is None:
+                continue
+            if sl.message is not None:
+                return mon, ex, f"the result of {tid} was emitted already and is emitted again"
+            if sl.status == "done" and not sl.synthetic and sl.result is not None:
+                if b.content != sl.result.content or b.is_error != sl.result.is_error:
+                    return mon, ex, f"the finished result of {tid} was replaced by {b.content!r}"
+        return mon, ex, None
+
+
+def _msg_number(mid: str) -> int | None:
+    """K of a machine message id ``mK`` (ids from elsewhere, a compaction's, are not)."""
+    if len(mid) > 1 and mid[0] == "m" and mid[1:].isdigit():
+        return int(mid[1:])
+    return None
+
+
+class MessageIdsFromTheCounter(Invariant):
+    """INV-15: every message id the machine gives is drawn from its counter, never twice."""
+
+    id = "INV-15"
+    title = "message ids drawn from the counter, never twice"
+
+    def check(self, mon: Any, o: Observation) -> Verdict:
+        s, nxt = o.state, o.next
+        counter = nxt.ids.msg
+        if s is not None and counter < s.ids.msg:
+            return mon, True, f"the message counter went back from {s.ids.msg} to {counter}"
+        fresh: list[Message] = [m for m in o.emitted if isinstance(m, _MESSAGE_TYPES)]
+        appended = o.appended
+        if appended is None:  # replaced (start, compaction, snip, collapse): read it all
+            fresh.extend(nxt.conversation.messages())
+        else:
+            fresh.extend(appended)
+        ids: dict[str, Message] = {}
+        ex = False
+        for m in fresh:
+            k = _msg_number(m.id)
+            if k is None:
+                continue
+            ex = True
+            if k > counter:
+                return (
+                    mon,
+                    ex,
+                    f"message id {m.id} is ahead of the counter ({counter}): it will be given again",
+                )
+            other = ids.setdefault(m.id, m)
+            if other is not m and _body(other) != _body(m):
+                return mon, ex, f"two messages with id {m.id} in one step"
+        return mon, ex, None
+
+
+_MESSAGE_TYPES = (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage)
+
+
+def _body(m: Message) -> object:
+    """What tells two messages apart (a stored record may differ from its emitted one only by
+    the usage stamped on it)."""
+    if isinstance(m, (UserMessage, AssistantMessage)):
+        return (type(m), m.content)
+    if isinstance(m, SystemMessage):
+        return (type(m), m.text)
+    return (type(m), m.data)
+
+
+class FinalResponseCommitted(Invariant):
+    """INV-16: a turn that ends keeps the last response it showed: every block the final round
+    emitted and did not tombstone is in the conversation the next turn starts from."""
+
+    id = "INV-16"
+    title = "the final response is committed"
+
+    def check(self, mon: Any, o: Observation) -> Verdict:
+        s = o.state
+        if o.terminal is None or s is None or o.continued is not None or not s.round.blocks:
+            return mon, False, None  # (a round that a Continue ended was committed or dropped)
+        tomb = {t.message_id for t in o.emitted if isinstance(t, Tombstone)}
+        wanted = [b.id for b in s.round.blocks if b.id not in tomb]
+        if not wanted:
+            return mon, True, None
+        stored = set()
+        node: Conversation | None = o.next.conversation
+        # the round's records sit at the end, behind at most its results and a few notices
+        for _ in range(len(s.round.blocks) + 2 * len(s.round.slots) + 64):
+            if node is None or node.last is None:
+                break
+            stored.add(node.last.id)
+            node = node.prev
+        missing = [mid for mid in wanted if mid not in stored]
+        if missing:
+            return (
+                mon,
+                True,
+                f"the turn ended ({o.terminal.TAG}) without storing {', '.join(missing)}",
+            )
+        return mon, True, None
+
+
 def catalogue() -> tuple[Invariant, ...]:
     """A fresh instance of every invariant of specs/invariants.md (some hold memo tables)."""
     return (
@@ -541,6 +672,9 @@ def catalogue() -> tuple[Invariant, ...]:
         MaxTurnsBound(),
         NothingAfterFinish(),
         NoProgressFreeCycle(),
+        ResultsNeverReplaced(),
+        MessageIdsFromTheCounter(),
+        FinalResponseCommitted(),
     )
 
 

@@ -66,7 +66,8 @@ EVENTS: list[Event] = [
 #  4 message m2        8 step 3 (end)        12 message m5            16 end
 
 EVENT_TAGS = (
-    "command_queued, compaction_failed, compaction_finished, interrupted, model_block_received, "
+    "command_queued, compaction_failed, compaction_finished, interrupted, messages_inserted, "
+    "model_block_received, "
     "model_call_failed, model_response_ended, permission_answered, stop_hooks_finished, "
     "tool_finished, tool_use_summary_ready, wait_elapsed"
 )
@@ -86,7 +87,8 @@ TRANSITION_TAGS = (
     "stop_hook_blocking, stop_hook_prevented, token_budget_continuation"
 )
 STREAMING_ACCEPTS = (
-    "CommandQueued, Interrupted, ModelBlockReceived, ModelCallFailed, ModelResponseEnded, "
+    "CommandQueued, Interrupted, MessagesInserted, ModelBlockReceived, ModelCallFailed, "
+    "ModelResponseEnded, "
     "PermissionAnswered, ToolFinished, ToolUseSummaryReady"
 )
 TRUNCATED = (
@@ -173,6 +175,38 @@ def _config(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
         obj["config"][key] = value
 
     return fn
+
+
+def _gate(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def fn(obj: dict[str, Any]) -> None:
+        obj["config"]["gates"][key] = value
+
+    return fn
+
+
+def _nested(n: int, depth: int) -> Callable[[list[str]], bytes]:
+    """Line ``n``'s event at_ms replaced by an array nested ``depth`` levels (with the line's
+    own two levels above it)."""
+
+    def build(lines: list[str]) -> bytes:
+        out = list(lines)
+        out[n - 1] = out[n - 1].replace('"at_ms":0', '"at_ms":' + "[" * depth + "]" * depth, 1)
+        assert out[n - 1] != lines[n - 1]
+        return join(out)
+
+    return build
+
+
+def _number(n: int, text: str) -> Callable[[list[str]], bytes]:
+    """Line ``n``'s event at_ms written as ``text``."""
+
+    def build(lines: list[str]) -> bytes:
+        out = list(lines)
+        out[n - 1] = out[n - 1].replace('"at_ms":0', f'"at_ms":{text}', 1)
+        assert out[n - 1] != lines[n - 1]
+        return join(out)
+
+    return build
 
 
 def _message_type(obj: dict[str, Any]) -> None:
@@ -429,6 +463,68 @@ CASES: list[tuple[str, Callable[[list[str]], bytes], str]] = [
         "effects_not_list.jsonl",
         edit(7, put("effects", {})),
         "7: step 2: 'effects' must be a list",
+    ),
+    # issue #17: values the converter used to coerce, and what escaped as a traceback
+    (
+        "bool_as_string.jsonl",
+        edit(1, _gate("auto_compact", "false")),
+        '1: header: config: gates.auto_compact must be true or false, got "false"',
+    ),
+    (
+        "float_for_int.jsonl",
+        edit(1, _config("max_turns", 2.9)),
+        "1: header: config: max_turns must be an integer, got 2.9",
+    ),
+    (
+        "list_for_name.jsonl",
+        edit(1, _config("profile_name", ["default"])),
+        '1: header: config: profile_name must be a string, got ["default"]',
+    ),
+    (
+        "config_not_object.jsonl",
+        edit(1, put("config", ["default"])),
+        '1: header: config: must be an object, got ["default"]',
+    ),
+    (
+        "session_not_object.jsonl",
+        edit(1, put("session", "s1")),
+        '1: header: session: must be an object, got "s1"',
+    ),
+    (
+        "request_not_object.jsonl",
+        edit(1, put("request", 7)),
+        "1: header: request: must be an object, got 7",
+    ),
+    (
+        "provenance_bad_value.jsonl",
+        edit(1, put("provenance", {**PROVENANCE, "client": 3})),
+        "1: header: provenance: client must be a string or null, got 3",
+    ),
+    (
+        "event_field_wrong_type.jsonl",
+        edit(5, _set_event(call_id="1")),
+        '5: step 1: event: call_id must be an integer, got "1"',
+    ),
+    (
+        "deep_nesting.jsonl",
+        raw(_nested(5, 5_000)),
+        "5: nested deeper than 128 levels of arrays and objects",
+    ),
+    (
+        "nesting_past_limit.jsonl",
+        raw(_nested(5, 127)),  # 2 levels of the record + 127 = 129
+        "5: nested deeper than 128 levels of arrays and objects",
+    ),
+    (
+        "huge_integer.jsonl",
+        raw(_number(5, "9" * 5_000)),
+        "5: an integer of more than 100 digits",
+    ),
+    ("nan_number.jsonl", raw(_number(5, "NaN")), "5: not valid JSON: NaN is not a JSON number"),
+    (
+        "overflowing_number.jsonl",
+        raw(_number(5, "1e400")),
+        "5: not valid JSON: 1e400 is out of the range of a JSON number",
     ),
 ]
 

@@ -91,6 +91,7 @@ def _run(tmp_path: Path, entries: list[dict[str, object]], *extra: str) -> tuple
 OVERLOADED = {"type": "failure", "kind": "overloaded", "status": 529}
 
 
+@pytest.mark.spec("CLI-1")
 @pytest.mark.parametrize(
     ("entries", "extra", "code"),
     [
@@ -119,6 +120,7 @@ def test_max_retries_bounds_the_retries(tmp_path: Path) -> None:
     assert got == 3 and "retrying in" not in text, text
 
 
+@pytest.mark.spec("CLI-1")
 def test_exit_codes_are_one_table(tmp_path: Path) -> None:
     """run, demo and the table agree; every Terminal has a code; 0 is only for completed."""
     from effects.cli_common import TERMINAL_EXIT
@@ -132,6 +134,7 @@ def test_exit_codes_are_one_table(tmp_path: Path) -> None:
 # -- input files ----------------------------------------------------------------------------
 
 
+@pytest.mark.spec("CLI-2")
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -201,6 +204,7 @@ def test_run_trace_in_a_missing_directory_is_one_line(tmp_path: Path, capsys: py
 EDIT: dict[str, object] = {"type": "tool_call", "name": "Write", "input": {"file_path": "b.txt", "content": "x"}}
 
 
+@pytest.mark.spec("CLI-3")
 def test_no_terminal_and_no_yes_fails_at_the_first_permission(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +242,7 @@ print(json.dumps({"systemMessage": "tests are green"}))
 """
 
 
+@pytest.mark.spec("HOOK-1", "HOOK-2")
 def test_stop_hook_blocks_once_then_passes(tmp_path: Path) -> None:
     """--stop-hook CMD speaks Claude Code's protocol: exit 2 feeds '[cmd]: stderr' back, the
     second call sees stop_hook_active and its systemMessage is shown."""
@@ -281,6 +286,7 @@ def test_project_settings_are_read_and_announced_first(tmp_path: Path) -> None:
     assert got == 0 and not log.exists() and "settings:" not in text
 
 
+@pytest.mark.spec("CLI-2")
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
@@ -431,3 +437,46 @@ def test_the_sample_replies_file_runs(tmp_path: Path) -> None:
     assert main(argv, out=out) == 0, out.getvalue()
     text = out.getvalue()
     assert "retrying in" in text and text.count("── continue: next_turn") == 2 and "userId is read in validate.ts" in text
+
+
+@pytest.mark.spec("CLI-1")
+def test_ctrl_c_is_130_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr("effects.cli.anyio.run", interrupted)
+    got, _ = _run(tmp_path, [{"type": "reply", "text": "x"}])
+    assert got == 130 and capsys.readouterr().err == "steploop: interrupted\n"
+    assert list(scratch.iterdir()) == []  # the scratch transcript went too
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal gets colour (BROKEN does not look like held); NO_COLOR and pipes get none; the
+    words are the same whatever the width."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("COLUMNS", "40")
+    entries: list[dict[str, object]] = [{"type": "reply", "text": "done " * 30}]
+    tty = _Tty()
+    main(["run", "go", "--workspace", str(tmp_path), "--scripted", _script(tmp_path, entries)], out=tty)
+    assert "\x1b[" in tty.getvalue()
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _Tty()
+    main(["run", "go", "--workspace", str(tmp_path), "--scripted", _script(tmp_path, entries)], out=plain)
+    piped = io.StringIO()
+    main(["run", "go", "--workspace", str(tmp_path), "--scripted", _script(tmp_path, entries)], out=piped)
+    assert "\x1b[" not in plain.getvalue() and "\x1b[" not in piped.getvalue()
+    assert "assistant: " + ("done " * 30).strip()[:80] in piped.getvalue()  # not wrapped at 40

@@ -26,7 +26,9 @@ from effects.corpus import (
     stats_task,
     summarize,
 )
+from effects.trace import StepRecord, TraceReader
 from effects.trace_cli import main as cli_main
+from reducer.events import CompactionFinished, ModelResponseEnded
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "specs" / "scenarios").glob("*.jsonl"))
@@ -87,6 +89,41 @@ def test_stats_over_processes_prints_the_tables_one_process_prints(
     merged = io.StringIO()
     print_tables(summarize(stats_task(str(p)) for p in readable), merged)
     assert one[1].split("\n", 1)[1] == merged.getvalue()
+
+
+def test_compactions_and_tokens_are_summed_over_the_corpus(
+    corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The compaction and token line (before the transition table) counts every readable
+    trace's CompactionFinished events and response usage, cache tokens in the input; the
+    same line from 1 or 2 workers, and from replay over the corpus."""
+    compactions = tokens_in = tokens_out = 0
+    for p in sorted(corpus.glob("*.jsonl")):
+        if p.name == "3-broken.jsonl":
+            continue
+        for rec in TraceReader(p):
+            if isinstance(rec, StepRecord) and isinstance(rec.event, CompactionFinished):
+                compactions += 1
+            elif isinstance(rec, StepRecord) and isinstance(rec.event, ModelResponseEnded):
+                u = rec.event.usage
+                tokens_in += (
+                    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+                )
+                tokens_out += u.output_tokens
+    assert compactions > 0 and tokens_in > 0 and tokens_out > 0
+    line = (
+        f"compactions {compactions:,}; tokens: {tokens_in:,} in (cache included), "
+        f"{tokens_out:,} out"
+    )
+    for jobs in ("1", "2"):
+        _, out, _ = cli(["stats", str(corpus), "--jobs", jobs], capsys)
+        assert out.splitlines()[1] == line and out.splitlines()[2] == "transitions:"
+    # replay over a corpus: after its summary line, the counts and tables stats prints
+    two = [str(corpus / "1-reactive_compact_retry.jsonl"), str(corpus / "2-completed.jsonl")]
+    _, one, _ = cli(["stats", *two], capsys)
+    _, again, _ = cli(["replay", *two, "--jobs", "2"], capsys)
+    assert one.splitlines()[1].startswith("compactions 1; tokens: ")
+    assert one.splitlines()[1:] == again.splitlines()[1:]
 
 
 def test_replay_over_a_corpus_reports_each_bad_trace_by_name(
@@ -256,7 +293,7 @@ def test_an_unreachable_scheduler_is_one_line(
 
 
 def test_the_benchmark_corpus_replays_exactly(tmp_path: Path) -> None:
-    """Item 7's synthetic corpus: every trace replays exactly (a figure over traces that fail
+    """Item 8's synthetic corpus: every trace replays exactly (a figure over traces that fail
     would measure nothing), and the report renders the item."""
     from benchmarks.corpus_throughput import build_corpus
     from benchmarks.report import _corpus, _goal_rows
@@ -275,8 +312,8 @@ def test_the_benchmark_corpus_replays_exactly(tmp_path: Path) -> None:
         "commands": {"replay": {"traces_per_s_1": s, "traces_per_s_2": s, "ratio_2_over_1": s}},
     }
     assert "| replay | 1.50 (1.40–1.60) |" in "\n".join(_corpus(item))
-    (row,) = _goal_rows({"items": {"7_corpus": item}})
-    assert row.startswith("| 7 | replay over 45 traces: 2 workers / 1 | 1.50")
+    (row,) = _goal_rows({"items": {"8_corpus": item}})
+    assert row.startswith("| 8 | replay over 45 traces: 2 workers / 1 | 1.50")
 
 
 def test_dask_reports_traces_by_the_names_given(

@@ -165,6 +165,7 @@ def _spawner_script(tmp_path: Path) -> Path:
 # -- command hooks against a real script ---------------------------------------------------
 
 
+@pytest.mark.spec("HOOK-2")
 @pytest.mark.anyio
 async def test_command_exit_2_blocks_with_stderr(tmp_path: Path, hook_script: Path) -> None:
     """Exit code 2 is a blocking error: ``[<command>]: <stderr>``, as Claude Code words the
@@ -514,6 +515,7 @@ def test_fold_results_directly() -> None:
 # -- Claude Code's protocol, field by field -------------------------------------------------
 
 
+@pytest.mark.spec("HOOK-1")
 @pytest.mark.anyio
 async def test_permission_mode_and_subagent_fields_reach_the_hook(
     tmp_path: Path, hook_script: Path
@@ -538,6 +540,7 @@ async def test_permission_mode_and_subagent_fields_reach_the_hook(
         StopHooks([], permission_mode="yolo")  # type: ignore[arg-type]
 
 
+@pytest.mark.spec("HOOK-1")
 @pytest.mark.anyio
 async def test_plugin_root_is_set_or_the_hook_is_not_started(tmp_path: Path) -> None:
     """A plugin hook gets CLAUDE_PLUGIN_ROOT; without it, a command that uses it is a hook
@@ -559,6 +562,7 @@ async def test_plugin_root_is_set_or_the_hook_is_not_started(tmp_path: Path) -> 
     assert result.blocking_error == f"[{command}]: root={tmp_path / 'plugin'}"
 
 
+@pytest.mark.spec("HOOK-2")
 @pytest.mark.anyio
 async def test_exit_2_from_a_missing_script_is_an_error_not_a_block(tmp_path: Path) -> None:
     """The shell or python failing to find the hook's script (exit 2) is a broken hook."""

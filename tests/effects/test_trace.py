@@ -374,9 +374,11 @@ async def test_api_key_never_reaches_the_trace(tmp_path: Path) -> None:
     assert replay_exact(path).ok
 
 
-def test_secret_in_content_is_redacted_and_replay_says_so(tmp_path: Path) -> None:
-    """A secret that reaches content (a tool read a .env) is replaced in the file; exact replay
-    then reports the mismatch at that step instead of passing silently."""
+def test_secret_in_content_is_redacted_and_replays_exactly(tmp_path: Path) -> None:
+    """A secret that reaches content (a tool read a .env) is replaced in the file by a marker of
+    its length; the trace records the run with the marker in its place (the digests are of
+    that run), so it replays exactly (it reported a mismatch at the step, and could not be
+    resumed)."""
     secret = "sk-ant-api03-LEAKED-0123456789"
     events = tool_round_events()
     events[4] = ToolFinished(generation=1, tool_use_id="toolu_1", content=f"KEY={secret}")
@@ -390,9 +392,11 @@ def test_secret_in_content_is_redacted_and_replay_says_so(tmp_path: Path) -> Non
             state, fx = step(state, ev, default())
             rec(ev, state, fx)
     data = path.read_text(encoding="utf-8")
-    assert secret not in data and "[REDACTED]" in data and rec.redactions >= 1
-    report = replay_exact(path)
-    assert not report.ok and report.mismatch is not None and report.mismatch.step == 5
+    marker = "[REDACTED" + "*" * (len(secret) - 10) + "]"
+    assert len(marker) == len(secret)
+    assert secret not in data and f"KEY={marker}" in data and rec.redactions == 1
+    assert rec.diverged_at is None
+    assert replay_exact(path).ok
 
 
 def test_provenance_refuses_secret_looking_keys() -> None:
@@ -936,7 +940,7 @@ def test_cli_stats_counts_and_skips_malformed(
     code, out, err = cli(["stats", str(tmp_path)], capsys)
     assert code == 0
     assert "2 trace(s) read, 1 skipped" in out
-    assert out.split("terminals:")[1].split() == ["completed", "2"]
+    assert out.split("terminals:")[1].split("compactions")[0].split() == ["completed", "2"]
     assert out.split("transitions:")[1].split("terminals:")[0].split() == [
         "next_turn",
         "4",

@@ -145,11 +145,20 @@ def test_an_integer_beyond_64_bits_is_read_exactly(tmp_path: Path) -> None:
 
 
 def test_json_only_spellings_still_parse(tmp_path: Path) -> None:
-    """NaN and lone surrogate escapes, which only Python's json takes, are read as before."""
-    line = b'{"a": NaN, "b": "\\ud800", "c": 1}\n'
+    """Lone surrogate escapes, which only Python's json takes, are read as before (a recorder
+    writes one for a surrogate in the state); NaN and Infinity, which are not JSON and which no
+    recorder writes, are refused with one line (trace-format.md, "Limits")."""
+    line = b'{"a": 1.5, "b": "\\ud800", "c": 1}\n'
     reader = TraceReader(tmp_path / "x.jsonl")
     obj = reader._parse_line(line, 1, tail=False)
     assert obj is not None and obj["c"] == 1 and obj["b"] == "\ud800"
+    for bad, why in (
+        (b"NaN", "NaN is not a JSON number"),
+        (b"-Infinity", "-Infinity is not"),
+        (b"1e400", "1e400 is out of the range"),
+    ):
+        with pytest.raises(TraceError, match=why):
+            reader._parse_line(b'{"a": ' + bad + b"}\n", 1, tail=False)
 
 
 def test_the_composed_state_digest_is_state_digest_at_every_step(tmp_path: Path) -> None:

@@ -271,12 +271,16 @@ def test_blocks_split_a_file_as_iterating_it_does(content: bytes, block: int) ->
     got: list[bytes] = []
     with pytest.MonkeyPatch.context() as m:
         m.setattr(trace_read, "_BLOCK", block)
-        for lines, clean, nl in trace_read._blocks(io.BytesIO(content), check=True):
+        for lines, clean, nl, huge in trace_read._blocks(io.BytesIO(content), check=True):
             got += [line + b"\n" * nl for line in lines]
             assert nl == 1 or lines == [want[-1]]
             if clean:  # then no line holds a 19-digit run (orjson could read it as a float)
                 assert not any(
                     trace_read._LONG_NUMBER in x.translate(trace_read._DIGITS) for x in lines
+                )
+            if not huge:  # then no line holds a run of digits longer than the limit
+                assert not any(
+                    trace_read._HUGE_NUMBER in x.translate(trace_read._DIGITS) for x in lines
                 )
     assert got == want
 

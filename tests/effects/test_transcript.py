@@ -426,6 +426,7 @@ def test_records_of_a_response_wait_for_its_usage(tmp_path: Path) -> None:
     assert recs[3]["parentUuid"] == recs[2]["uuid"]
 
 
+@pytest.mark.spec("TR-1")
 def test_secrets_are_redacted_on_values_before_encoding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -189,6 +189,7 @@ def _by_kind(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+@pytest.mark.spec("TR-1")
 def test_every_record_kind_matches_the_real_shape(steploop_records: list[dict[str, Any]]) -> None:
     real = {d["kind"]: d["record"] for d in map(json.loads, DATA.read_text().splitlines())}
     ours = _by_kind(steploop_records)
@@ -206,6 +207,7 @@ def test_every_record_kind_matches_the_real_shape(steploop_records: list[dict[st
     assert not problems, "\n".join(sorted(set(problems)))
 
 
+@pytest.mark.spec("TR-1")
 def test_usage_stop_reason_and_ids_on_the_records_of_a_response(
     steploop_records: list[dict[str, Any]],
 ) -> None:

@@ -57,6 +57,7 @@ from reducer.events import (
     CompactionFinished,
     Event,
     Interrupted,
+    MessagesInserted,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
@@ -675,6 +676,9 @@ EVENTS: list[Any] = [
     WaitElapsed(wait_id=1),
     ToolUseSummaryReady(summary_id=1, summary=None),
     CommandQueued(command_id="c1", text="t"),
+    MessagesInserted(
+        messages=(UserMessage(id="x1", content=(TextBlock(text="expanded"),), is_meta=True),)
+    ),
 ]
 
 EFFECTS: list[Any] = [

@@ -38,6 +38,7 @@ from reducer.events import (
     CompactionFinished,
     Event,
     Interrupted,
+    MessagesInserted,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
@@ -238,6 +239,9 @@ def variants(s: LoopState, cls: type) -> list[tuple[str, Event]]:
         ]
     if cls is CommandQueued:
         return [("cur", CommandQueued(command_id="cmd_1", text="also update the docs"))]
+    if cls is MessagesInserted:
+        att = UserMessage(id="ins1", content=(TextBlock(text="expanded"),), is_meta=True)
+        return [("cur", MessagesInserted(messages=(att,)))]
     raise AssertionError(cls)  # pragma: no cover
 
 
@@ -354,7 +358,7 @@ def test_done_accepts_nothing() -> None:
 def test_table_covers_every_phase_and_only_known_events() -> None:
     """TABLE has a row per phase; its keys are event classes; the waits of each phase are
     answered by the event that phase waits for."""
-    assert len(EVENT_CLASSES) == 12
+    assert len(EVENT_CLASSES) == 13
     assert set(TABLE) == set(PHASES)
     for phase, row in TABLE.items():
         assert set(row) <= set(EVENT_CLASSES), phase

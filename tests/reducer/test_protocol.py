@@ -28,6 +28,7 @@ from reducer.events import (
     CompactionFailed,
     Event,
     Interrupted,
+    MessagesInserted,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
@@ -124,7 +125,11 @@ def test_keys_name_the_request_by_its_ids() -> None:
         assert not unasked(event)
     assert opens(Emit(item=ToolUseSummary(summary="s", preceding_tool_use_ids=()))) is None
     assert opens(CancelModelCall(call_id=3)) is None
-    for ev in (Interrupted(kind="hard"), CommandQueued(command_id="c", text="t")):
+    for ev in (
+        Interrupted(kind="hard"),
+        CommandQueued(command_id="c", text="t"),
+        MessagesInserted(messages=()),
+    ):
         assert answers(ev) is None and unasked(ev)
 
 

@@ -1,4 +1,4 @@
-"""Compatibility flags Q-1..Q-11 (default vs flipped) and the profiles P-* (specs/rules.md)."""
+"""Compatibility flags Q-1..Q-12 (default vs flipped) and the profiles P-* (specs/rules.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from reducer import (
 )
 from reducer.config import Compat
 from reducer.effects import (
+    AskPermission,
     CallModel,
     CancelTools,
     Compact,
@@ -269,6 +270,50 @@ def test_q5_never_overtakes_non_safe(flagged: bool, config: LoopConfig) -> None:
     d.allow("r1")
     d.finish_tool("r1")
     assert result_ids(d.state.conversation.messages()) == ["u1", "r1"]
+
+
+# --- Q-12 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("Q-12", "R-TOOL-2")
+@both(default(), "nonsafe_tools_start_mid_stream")
+def test_q12_nonsafe_tool_starts_mid_stream_when_nothing_executes(
+    flagged: bool, config: LoopConfig
+) -> None:
+    """A non-safe tool is asked for as soon as its block completes under the flag (nothing else
+    executes); without it, only once the response has ended (R-TOOL-2)."""
+    d = Driver(config)
+    fx = d.tool_use("u1", "Edit", traits=UNSAFE, file_path="a.py")
+    assert [e.tool_use_id for e in of(fx, AskPermission)] == (["u1"] if flagged else [])
+    if flagged:
+        d.allow("u1")
+        fx = d.tool_use("u2", "Write", traits=UNSAFE, file_path="b.py")
+        assert of(fx, AskPermission) == []  # u1 executes: a second non-safe tool waits
+        fx = d.tool_use("r1", "Read", traits=SAFE, file_path="c.py")
+        assert of(fx, AskPermission) == []  # and blocks everything after it
+        fx = d.finish_tool("u1")
+        assert [e.tool_use_id for e in of(fx, AskPermission)] == ["u2"]
+    else:
+        fx = d.end("tool_use")
+        assert [e.tool_use_id for e in of(fx, AskPermission)] == ["u1"]
+
+
+@pytest.mark.spec("Q-12")
+def test_q12_nonsafe_tool_waits_for_running_safe_tools() -> None:
+    """Even under the flag a non-safe tool never starts beside an executing one."""
+    d = Driver(flip(default(), "nonsafe_tools_start_mid_stream"))
+    d.tool_use("r1", "Read", traits=SAFE, file_path="a.py")
+    d.allow("r1")
+    fx = d.tool_use("u1", "Edit", traits=UNSAFE, file_path="a.py")
+    assert of(fx, AskPermission) == []
+    fx = d.finish_tool("r1")
+    assert [e.tool_use_id for e in of(fx, AskPermission)] == ["u1"]
+
+
+@pytest.mark.spec("Q-12")
+def test_q12_is_on_in_the_shipped_profile_only() -> None:
+    assert claude_code_2_1_88().compat.nonsafe_tools_start_mid_stream
+    assert not default().compat.nonsafe_tools_start_mid_stream
 
 
 # --- Q-6 -------------------------------------------------------------------------------------

@@ -1,0 +1,418 @@
+"""Reading a Claude Code session file: one pass that indexes every line (specs/import.md §2).
+
+A session file is JSONL as Claude Code writes it under ``~/.claude/projects/<project>/``. This
+module reads it once, line by line, and keeps a small :class:`Entry` per record (line number,
+byte offset, type, uuid, parent links, sidechain and agent ids, the response id); the records'
+content stays on disk and is read again, record by record, when a turn is reconstructed
+(:meth:`SourceFile.load`). Memory therefore grows with the number of records, by a few hundred
+bytes each, never with their content.
+
+Everything that cannot be read becomes a :class:`Problem` (``FILE:LINE: what``): a line that is
+not JSON, a truncated last line, a record that is not an object, a record type the importer does
+not know, a Claude Code version newer than the importer knows, a file that is not a transcript.
+Nothing is dropped without one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+__all__ = [
+    "CHAIN_TYPES",
+    "KNOWN_MAX_VERSION",
+    "MESSAGE_TYPES",
+    "METADATA_TYPES",
+    "Entry",
+    "Problem",
+    "SourceFile",
+    "parse_version",
+    "read_source",
+]
+
+Severity: TypeAlias = Literal["error", "warning", "note"]
+
+#: Record types that are conversation messages (Claude Code's TranscriptMessage).
+MESSAGE_TYPES = frozenset({"user", "assistant", "system", "attachment"})
+#: Record types that take part in the parentUuid chain but are not messages (ephemeral UI state).
+CHAIN_TYPES = frozenset({"progress"})
+#: Metadata records: known, not conversation, counted in the report (IMP-2).
+METADATA_TYPES = frozenset(
+    {
+        "summary",
+        "custom-title",
+        "ai-title",
+        "last-prompt",
+        "task-summary",
+        "tag",
+        "agent-name",
+        "agent-color",
+        "agent-setting",
+        "pr-link",
+        "mode",
+        "worktree-state",
+        "file-history-snapshot",
+        "attribution-snapshot",
+        "queue-operation",
+        "speculation-accept",
+        "content-replacement",
+        "marble-origami-commit",
+        "marble-origami-snapshot",
+    }
+)
+#: The newest Claude Code version whose transcript format the importer was written against.
+KNOWN_MAX_VERSION = "2.1.88"
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """``"2.1.39"`` -> ``(2, 1, 39)``; None when it is not dotted integers."""
+    parts = text.split(".")
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        return None
+
+
+@attrs.frozen
+class Problem:
+    """One line of the import report: ``FILE:LINE: message`` (``FILE: message`` without a line)."""
+
+    file: str
+    line: int | None
+    message: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+
+@attrs.define(slots=True)
+class Entry:
+    """One record to read again: where it is and what it is (queue operations keep theirs)."""
+
+    line: int
+    offset: int
+    type: str
+    session_id: str | None = None
+    operation: str | None = None  # queue-operation: enqueue, remove, dequeue, ...
+
+
+#: Record type codes of the index.
+USER, ASSISTANT, SYSTEM, ATTACHMENT, PROGRESS = range(5)
+TYPE_NAMES = ("user", "assistant", "system", "attachment", "progress")
+_TYPE_CODES = {name: k for k, name in enumerate(TYPE_NAMES)}
+SIDECHAIN = 1  # flag: isSidechain
+RESULTS = 2  # flag: a user record holding tool results
+
+
+def key(text: str) -> int:
+    """A record's uuid (or a response id) as a 64-bit key, never 0 (0 means "none").
+
+    Keys are compared, never shown; two different strings share a key with probability about
+    n²/2⁶⁵ for n records (under 10⁻⁷ for a million)."""
+    k = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    return k or 1
+
+
+class Index:
+    """The first pass's columns, one row per message or progress record, in file order.
+
+    Per row: the line, the byte offset, the type code, flags, the keys of its uuid, parent and
+    response id, and small-table indexes of its agent id, session id and version (so a row costs
+    a few dozen bytes, whatever the record holds). ``logical`` maps the rows of compact
+    boundaries to their logicalParentUuid's key."""
+
+    def __init__(self) -> None:
+        self.line = array("l")
+        self.offset = array("q")
+        self.type = bytearray()
+        self.flags = bytearray()
+        self.uuid = array("Q")
+        self.parent = array("Q")
+        self.response = array("Q")
+        self.agent = array("H")  # 0: none; else agents[k - 1]
+        self.session = array("H")  # 0: none; else sessions[k - 1]
+        self.version = array("H")  # 0: none; else versions[k - 1]
+        self.logical: dict[int, int] = {}
+        self.agents: list[str] = []
+        self.sessions: list[str] = []
+        self.versions: list[str] = []
+        self._tables: dict[int, dict[str, int]] = {0: {}, 1: {}, 2: {}}
+        self._sorted: array[int] | None = None
+        self._rows: array[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+    def _code(self, table: int, value: str | None, names: list[str]) -> int:
+        if value is None:
+            return 0
+        codes = self._tables[table]
+        code = codes.get(value)
+        if code is None:
+            names.append(value)
+            code = codes[value] = len(names)
+        return code
+
+    def add(self, obj: dict[str, Any], line: int, offset: int, kind: str) -> None:
+        uid = obj["uuid"]
+        self.line.append(line)
+        self.offset.append(offset)
+        self.type.append(_TYPE_CODES[kind])
+        flags = SIDECHAIN if obj.get("isSidechain") is True else 0
+        msg = obj.get("message")
+        response = 0
+        if isinstance(msg, dict):
+            if kind == "assistant" and isinstance(msg.get("id"), str):
+                response = key(msg["id"])
+            elif kind == "user" and isinstance(msg.get("content"), list):
+                if any(
+                    isinstance(b, dict) and b.get("type") == "tool_result" for b in msg["content"]
+                ):
+                    flags |= RESULTS
+        self.flags.append(flags)
+        self.uuid.append(key(uid))
+        parent = obj.get("parentUuid")
+        self.parent.append(key(parent) if isinstance(parent, str) else 0)
+        logical = obj.get("logicalParentUuid")
+        if isinstance(logical, str):
+            self.logical[len(self.line) - 1] = key(logical)
+        self.response.append(response)
+        self.agent.append(self._code(0, _str(obj.get("agentId")), self.agents))
+        self.session.append(self._code(1, _str(obj.get("sessionId")), self.sessions))
+        self.version.append(self._code(2, _str(obj.get("version")), self.versions))
+        self._sorted = None
+
+    def agent_of(self, row: int) -> str | None:
+        k = self.agent[row]
+        return self.agents[k - 1] if k else None
+
+    def session_of(self, row: int) -> str | None:
+        k = self.session[row]
+        return self.sessions[k - 1] if k else None
+
+    def version_of(self, row: int) -> str | None:
+        k = self.version[row]
+        return self.versions[k - 1] if k else None
+
+    def type_of(self, row: int) -> str:
+        return TYPE_NAMES[self.type[row]]
+
+    def find(self, k: int) -> int | None:
+        """The first row whose uuid has key ``k``, or None."""
+        if self._sorted is None or self._rows is None:
+            order = sorted(range(len(self.uuid)), key=self.uuid.__getitem__)
+            self._rows = array("l", order)
+            self._sorted = array("Q", (self.uuid[r] for r in order))
+        i = bisect.bisect_left(self._sorted, k)
+        if i < len(self._sorted) and self._sorted[i] == k:
+            return self._rows[i]
+        return None
+
+    def duplicates(self) -> list[tuple[int, int]]:
+        """(row, the row that used its uuid first) for every repeated uuid, in row order."""
+        self.find(0)
+        assert self._sorted is not None and self._rows is not None
+        out = []
+        first = 0
+        for i in range(1, len(self._sorted)):
+            if self._sorted[i] != self._sorted[first]:
+                first = i
+            else:  # the sort is stable, so the run's first row is the earliest
+                out.append((self._rows[i], self._rows[first]))
+        return sorted(out)
+
+
+@attrs.define
+class SourceFile:
+    """One session file, indexed."""
+
+    path: Path
+    name: str
+    index: Index = attrs.field(factory=Index)
+    queue: list[Entry] = attrs.field(factory=list)  # queue-operation records (no uuid)
+    problems: list[Problem] = attrs.field(factory=list)
+    counts: Counter[str] = attrs.field(factory=Counter)
+    lines: int = 0
+    is_transcript: bool = True
+
+    def problem(self, line: int | None, message: str, severity: Severity = "error") -> None:
+        self.problems.append(Problem(self.name, line, message, severity))
+
+    def entry(self, row: int) -> Entry:
+        ix = self.index
+        return Entry(
+            line=ix.line[row],
+            offset=ix.offset[row],
+            type=ix.type_of(row),
+            session_id=ix.session_of(row),
+        )
+
+    def record(self, row: int) -> dict[str, Any]:
+        """The full record of index row ``row`` (read again from the file)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.index.offset[row])
+            return _loads(f.readline())
+
+    def load_many(self, entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
+        """The full records of ``entries`` (in the order given), one open file for all."""
+        with open(self.path, "rb") as f:
+            for e in entries:
+                f.seek(e.offset)
+                yield e, _loads(f.readline())
+
+
+def _loads(raw: bytes) -> dict[str, Any]:
+    value = json.loads(raw)
+    if not isinstance(value, dict):  # pragma: no cover - checked in the first pass
+        raise ValueError("not an object")
+    return value
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _json_error(e: json.JSONDecodeError) -> str:
+    return f"not valid JSON: {e.msg} at column {e.colno}"
+
+
+def read_source(path: str | os.PathLike[str], name: str | None = None) -> SourceFile:
+    """Index a session file (IMP-1, IMP-2). Never raises for bad content; an unreadable file
+    is one problem without a line."""
+    p = Path(path)
+    src = SourceFile(path=p, name=name or str(path))
+    try:
+        f = open(p, "rb")  # read line by line below, never whole; closed by the with
+    except OSError as e:
+        src.problem(None, f"cannot be read: {e.strerror or e}")
+        src.is_transcript = False
+        return src
+    with f:
+        try:
+            _index(src, f)
+        except OSError as e:
+            src.problem(None, f"cannot be read: {e.strerror or e}")
+            src.is_transcript = False
+    return src
+
+
+def _lines(f: Any) -> Iterator[tuple[int, int, bytes, bool]]:
+    """(line number, byte offset, the line without its newline, whether it is the last line
+    and has no newline)."""
+    offset = 0
+    ln = 0
+    pending: bytes | None = None
+    for raw in f:
+        if pending is not None:
+            ln += 1
+            yield ln, offset, pending.rstrip(b"\n"), False
+            offset += len(pending)
+        pending = raw
+    if pending is not None:
+        ln += 1
+        yield ln, offset, pending.rstrip(b"\n"), not pending.endswith(b"\n")
+
+
+def _index(src: SourceFile, f: Any) -> None:
+    newest: tuple[tuple[int, ...], str, int] | None = None
+    known_max = parse_version(KNOWN_MAX_VERSION)
+    assert known_max is not None
+    unknown_types: dict[str, list[int]] = {}  # type -> [first line, count]
+    seen_versions: set[str] = set()
+    for ln, start, raw, cut in _lines(f):
+        src.lines = ln
+        if not raw.strip():
+            src.problem(ln, "a blank line; skipped", "warning")
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            src.problem(
+                ln, f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); skipped"
+            )
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            if cut:
+                src.problem(
+                    ln,
+                    "the last line is truncated (Claude Code was probably still writing it); skipped",
+                )
+            else:
+                src.problem(ln, f"{_json_error(e)}; skipped")
+            continue
+        if not isinstance(obj, dict):
+            src.problem(ln, f"a record must be a JSON object, got {type(obj).__name__}; skipped")
+            continue
+        kind = obj.get("type")
+        if not isinstance(kind, str):
+            src.counts["(no type)"] += 1
+            if kind is None:
+                src.problem(ln, 'a record without a "type"; skipped')
+            else:
+                src.problem(ln, f'a record whose "type" is a {type(kind).__name__}; skipped')
+            continue
+        src.counts[kind] += 1
+        if kind in MESSAGE_TYPES or kind in CHAIN_TYPES:
+            if not isinstance(obj.get("uuid"), str):
+                src.problem(ln, f"a {kind} record without a uuid; skipped")
+                continue
+            src.index.add(obj, ln, start, kind)
+            version = obj.get("version")
+            if isinstance(version, str) and version not in seen_versions:
+                seen_versions.add(version)
+                v = parse_version(version)
+                if v is None:
+                    src.problem(ln, f"unreadable Claude Code version {version!r}", "warning")
+                elif v > known_max and (newest is None or v > newest[0]):
+                    newest = (v, version, ln)
+        elif kind in METADATA_TYPES:
+            if kind == "queue-operation":
+                src.queue.append(
+                    Entry(
+                        line=ln,
+                        offset=start,
+                        type=kind,
+                        session_id=_str(obj.get("sessionId")),
+                        operation=_str(obj.get("operation")),
+                    )
+                )
+        else:
+            unknown_types.setdefault(kind, [ln, 0])[1] += 1
+    for kind, (first, n) in unknown_types.items():
+        more = f" ({n} records, the first here)" if n > 1 else ""
+        src.problem(first, f"unknown record type {kind!r}{more}; skipped")
+    if newest is not None:
+        src.problem(
+            newest[2],
+            f"Claude Code version {newest[1]} is newer than this importer knows "
+            f"({KNOWN_MAX_VERSION}); its records are read as {KNOWN_MAX_VERSION} records",
+            "warning",
+        )
+    if src.lines == 0:
+        src.problems = [Problem(src.name, None, "the file is empty; not a Claude Code transcript")]
+        src.is_transcript = False
+        return
+    if not any(t in (USER, ASSISTANT) for t in src.index.type):
+        # one line for the file, not one per line of something else (a hook log, a trace)
+        src.is_transcript = False
+        src.problems = [
+            Problem(
+                src.name,
+                None,
+                f"not a Claude Code transcript: none of its {src.lines} line(s) is a user or "
+                "assistant record; skipped",
+            )
+        ]

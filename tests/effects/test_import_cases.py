@@ -1,0 +1,405 @@
+"""The importer's rules one by one, and the derived cases of tests/data/cc-transcripts/derived/.
+
+Each derived file is a shipped transcript changed by one edit (make_derived.py); expected.json
+pins the exact problem lines and the verdict for it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from effects.importer.compare import comparable
+from effects.importer.convert import OPAQUE_PREFIX, Converter, user_origin
+from effects.importer.driver import api_failure_kind
+from effects.importer.infer import bash_is_read_only, config_for, stop_reason_for, traits_for
+from effects.importer.segment import classify
+from effects.importer.session import _ranges, import_file
+from reducer.messages import (
+    AssistantMessage,
+    ErrorInfo,
+    OpaqueBlock,
+    SystemMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DERIVED = ROOT / "tests" / "data" / "cc-transcripts" / "derived"
+EXPECTED: dict[str, dict[str, Any]] = json.loads((DERIVED / "expected.json").read_text("utf-8"))
+
+
+@pytest.mark.spec("IMP-1", "IMP-4", "IMP-5", "IMP-6")
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_derived_case(name: str) -> None:
+    """Each bad or unusual file: exactly its problem lines, then its turns and verdicts."""
+    want = EXPECTED[name]
+    rep = import_file(DERIVED / name, None, name=name)
+    assert [f"{p.severity}: {p}" for p in rep.problems] == want["problems"]
+    assert len(rep.turns) == want["turns"]
+    assert sum(1 for t in rep.turns if t.reproduced) == want["reproduced"]
+    causes: dict[str, int] = {}
+    for t in rep.turns:
+        if t.divergence is not None:
+            causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
+    assert causes == want.get("causes", {})
+
+
+def test_every_derived_file_is_expected() -> None:
+    assert sorted(p.name for p in DERIVED.glob("*.jsonl")) == sorted(EXPECTED)
+
+
+@pytest.mark.spec("IMP-1")
+def test_nothing_raises_for_a_missing_or_empty_file(tmp_path: Path) -> None:
+    missing = import_file(tmp_path / "gone.jsonl", None, name="gone.jsonl")
+    assert [str(p) for p in missing.problems] == ["gone.jsonl: cannot be read: No such file or directory"]
+    (tmp_path / "empty.jsonl").write_text("")
+    empty = import_file(tmp_path / "empty.jsonl", None, name="empty.jsonl")
+    assert [str(p) for p in empty.problems] == ["empty.jsonl: the file is empty; not a Claude Code transcript"]
+    (tmp_path / "dir.jsonl").mkdir()
+    assert import_file(tmp_path / "dir.jsonl", None, name="dir.jsonl").problems[0].line is None
+
+
+# --- IMP-6, IMP-7, IMP-8: records as messages ----------------------------------------------------
+
+
+def _conv() -> tuple[Converter, list[tuple[int, str]]]:
+    seen: list[tuple[int, str]] = []
+    return Converter(lambda line, text: seen.append((line, text))), seen
+
+
+@pytest.mark.spec("IMP-6")
+def test_tool_result_lists_are_flattened_and_unknown_blocks_kept_as_text() -> None:
+    conv, seen = _conv()
+    msg = conv.message(
+        {
+            "type": "user",
+            "uuid": "u1",
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "text", "text": "line one"},
+                            {"type": "image", "source": {"media_type": "image/png", "data": "AA"}},
+                        ],
+                    }
+                ],
+            },
+        },
+        7,
+    )
+    assert isinstance(msg, UserMessage) and msg.id == "u1"
+    assert msg.content == (ToolResultBlock(tool_use_id="t1", content="line one\n[image: image/png]"),)
+    assert seen == [(7, "a tool result holds an image; it is kept as the text '[image: image/png]'")]
+    block = conv.block({"type": "web_search_tool_result", "content": []}, 9)
+    assert block == OpaqueBlock(block_type="web_search_tool_result", raw='{"type":"web_search_tool_result","content":[]}')
+    text = conv.message(
+        {"type": "user", "uuid": "u2", "message": {"content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "mcp_thing"}]}]}},
+        10,
+    )
+    assert isinstance(text, UserMessage) and isinstance(text.content[0], ToolResultBlock)
+    assert text.content[0].content.startswith(OPAQUE_PREFIX + "mcp_thing")
+    tool = conv.block({"type": "tool_use", "id": "x", "name": "Read", "input": {"a": 1}, "caller": {}}, 9)
+    assert tool == ToolUseBlock(id="x", name="Read", input={"a": 1})
+
+
+@pytest.mark.spec("IMP-6")
+def test_api_error_records_are_synthetic_errors() -> None:
+    conv, _ = _conv()
+    msg = conv.message(
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "isApiErrorMessage": True,
+            "error": "rate_limit",
+            "message": {"id": "x", "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 429"}]},
+        },
+        3,
+    )
+    assert isinstance(msg, AssistantMessage)
+    assert msg.api_error == ErrorInfo(kind="rate_limit", message="API Error: 429")
+
+
+@pytest.mark.spec("IMP-7")
+@pytest.mark.parametrize(
+    ("record", "content", "origin"),
+    [
+        ({}, (ToolResultBlock(tool_use_id="t", content="x"),), "tool_result"),
+        ({"isCompactSummary": True}, (TextBlock(text="This session is being continued"),), "compact_summary"),
+        ({}, (TextBlock(text="[Request interrupted by user]"),), "interrupt"),
+        ({"isMeta": True}, (TextBlock(text="Stop hook feedback:\n[x]: no"),), "stop_hook_feedback"),
+        ({"isMeta": True}, (TextBlock(text="<local-command-caveat>"),), "inserted"),
+        ({}, (TextBlock(text="fix the bug"),), "prompt"),
+    ],
+)
+def test_origins(record: dict[str, Any], content: tuple[Any, ...], origin: str) -> None:
+    assert user_origin(record, content) == origin
+
+
+@pytest.mark.spec("IMP-8")
+@pytest.mark.parametrize(
+    ("record", "kind"),
+    [
+        ({"type": "assistant", "message": {"content": []}}, "block"),
+        ({"type": "assistant", "isApiErrorMessage": True, "message": {"content": []}}, "api_error"),
+        ({"type": "user", "message": {"content": "fix it"}}, "candidate"),
+        ({"type": "user", "isMeta": True, "message": {"content": "expanded"}}, "inserted"),
+        ({"type": "user", "isCompactSummary": True, "message": {"content": "summary"}}, "compact_summary"),
+        ({"type": "system", "subtype": "compact_boundary", "compactMetadata": {"trigger": "auto"}}, "compact"),
+        ({"type": "system", "subtype": "compact_boundary", "compactMetadata": {"trigger": "manual"}}, "manual_compact"),
+        ({"type": "system", "subtype": "stop_hook_summary"}, "stop_summary"),
+        ({"type": "system", "subtype": "turn_duration"}, "system_other"),
+        ({"type": "system", "subtype": "api_error"}, "retry_notice"),
+        ({"type": "attachment", "attachment": {"type": "hook_stopped_continuation", "hookName": "Stop"}}, "stop_prevent"),
+        ({"type": "attachment", "attachment": {"type": "hook_stopped_continuation", "hookName": "PostToolUse:Edit"}}, "hook_stop"),
+        ({"type": "attachment", "attachment": {"type": "queued_command"}}, "machine_attachment"),
+        ({"type": "attachment", "attachment": {"type": "edited_text_file"}}, "inserted"),
+    ],
+)
+def test_kinds(record: dict[str, Any], kind: str) -> None:
+    conv, _ = _conv()
+    record = {"uuid": "u", **record}
+    assert classify(record, conv.message(record, 1)) == kind
+
+
+# --- IMP-12..IMP-17: inference --------------------------------------------------------------------
+
+
+@pytest.mark.spec("IMP-12")
+@pytest.mark.parametrize(
+    ("command", "read_only"),
+    [
+        ("ls -la", True),
+        ("git status && git diff --stat", True),
+        ("grep -rn foo src | head -20", True),
+        ("cat a.txt 2>&1 | wc -l", True),
+        ("mix test", False),
+        ("git commit -m x", False),
+        ("echo hi > out.txt", False),
+        ("ls $(pwd)", False),
+        ("find . -name '*.py' -delete", False),
+        ("bd close spotter-gqc.6", False),
+        ("", False),
+        ("echo 'unterminated", False),
+    ],
+)
+def test_bash_read_only_check(command: str, read_only: bool) -> None:
+    assert bash_is_read_only(command) is read_only
+
+
+@pytest.mark.spec("IMP-12")
+def test_traits_by_name() -> None:
+    assert traits_for("Read", {}).concurrency_safe
+    assert not traits_for("Edit", {}).concurrency_safe
+    assert traits_for("Read", {}).max_result_chars is None
+    bash = traits_for("Bash", {"command": "ls"}, cancels_siblings=True)
+    assert bash.concurrency_safe and bash.cancels_siblings_on_error
+    assert not traits_for("Bash", {"command": "ls"}).cancels_siblings_on_error
+    assert traits_for("Sleep", {}).interrupt == "cancel"
+    assert not traits_for("Nope", {}, known=False).known
+
+
+@pytest.mark.spec("IMP-13")
+def test_config_from_the_model() -> None:
+    opus = config_for("claude-opus-4-6")
+    assert opus.profile_name == "claude_code_2_1_88" and opus.max_output_tokens == 64_000
+    assert opus.autocompact_threshold == 167_000
+    assert config_for("claude-sonnet-4-5[1m]").context_window == 1_000_000
+    assert config_for("claude-sonnet-4-5", largest_context=250_000).context_window == 1_000_000
+    side = config_for("claude-haiku-4-5", query_source="agent:a1", agent_id="a1")
+    assert side.is_subagent and side.query_source == "agent:a1"
+
+
+@pytest.mark.spec("IMP-14")
+def test_stop_reasons() -> None:
+    assert stop_reason_for("end_turn", True, False) == "end_turn"
+    assert stop_reason_for(None, True, False) == "tool_use"
+    assert stop_reason_for(None, False, False) == "end_turn"
+    assert stop_reason_for(None, False, True) == "max_tokens"
+
+
+@pytest.mark.spec("IMP-17")
+def test_api_error_kinds() -> None:
+    def err(kind: str, text: str = "API Error: x") -> AssistantMessage:
+        return AssistantMessage(
+            id="a", response_id="r", model="<synthetic>", content=(TextBlock(text=text),),
+            api_error=ErrorInfo(kind=kind, message=text),
+        )
+
+    assert api_failure_kind(err("rate_limit")) == "rate_limited"
+    assert api_failure_kind(err("authentication_failed")) == "auth"
+    assert api_failure_kind(err("invalid_request", "Prompt is too long")) == "prompt_too_long"
+    assert api_failure_kind(err("something_new")) == "unknown"
+
+
+# --- the driver on small synthetic transcripts ---------------------------------------------------
+
+
+def _rec(kind: str, uuid: str, parent: str | None, **kw: Any) -> dict[str, Any]:
+    return {
+        "type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "s1", "version": "2.1.88",
+        "isSidechain": False, "timestamp": "2026-02-01T10:00:00.000Z", **kw,
+    }  # fmt: skip
+
+
+def _assistant(uuid: str, parent: str, mid: str, block: dict[str, Any]) -> dict[str, Any]:
+    return _rec(
+        "assistant", uuid, parent,
+        message={"id": mid, "model": "claude-opus-4-6", "role": "assistant", "content": [block],
+                 "stop_reason": None, "usage": {"input_tokens": 10, "output_tokens": 5}},
+    )  # fmt: skip
+
+
+def _user(uuid: str, parent: str | None, content: Any, **kw: Any) -> dict[str, Any]:
+    return _rec("user", uuid, parent, message={"role": "user", "content": content}, **kw)
+
+
+def _write(tmp: Path, records: list[dict[str, Any]]) -> Path:
+    path = tmp / "s1.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.mark.spec("IMP-15", "IMP-18")
+def test_queued_prompt_rides_along_and_permissions_are_allowed(tmp_path: Path) -> None:
+    """A prompt queued during the turn and removed at its tool round becomes CommandQueued; the
+    machine's queued_command attachment has no record (the file holds no attachments)."""
+    path = _write(
+        tmp_path,
+        [
+            _user("u1", None, "list the files"),
+            _assistant("a1", "u1", "m1", {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "mix test"}}),
+            {"type": "queue-operation", "operation": "enqueue", "sessionId": "s1", "content": "also lint"},
+            {"type": "queue-operation", "operation": "remove", "sessionId": "s1"},
+            _user("r1", "a1", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+            _assistant("a2", "r1", "m2", {"type": "text", "text": "Done, and linted."}),
+        ],
+    )
+    rep = import_file(path, None, name="s1.jsonl")
+    (turn,) = rep.turns
+    assert turn.reproduced, turn.divergence
+    assert turn.inferred["IMP-18"] == 1 and turn.inferred["IMP-15"] == 1
+
+
+@pytest.mark.spec("IMP-9")
+def test_the_next_turn_starts_from_the_transcript_after_its_compaction(tmp_path: Path) -> None:
+    """A manual /compact between turns: the second turn's session is the boundary, the summary
+    and what follows it, not the whole history."""
+    path = _write(
+        tmp_path,
+        [
+            _user("u1", None, "hello"),
+            _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+            _rec("system", "b1", None, logicalParentUuid="a1", subtype="compact_boundary",
+                 content="Conversation compacted", level="info",
+                 compactMetadata={"trigger": "manual", "preTokens": 100}),
+            _user("s1x", "b1", "This session is being continued...", isCompactSummary=True),
+            _user("u2", "s1x", "and now?"),
+            _assistant("a2", "u2", "m2", {"type": "text", "text": "Now this."}),
+        ],
+    )  # fmt: skip
+    traces = tmp_path / "out"
+    rep = import_file(path, traces, name="s1.jsonl")
+    assert [t.reproduced for t in rep.turns] == [True, True]
+    header = json.loads((traces / "s1.t002.jsonl").read_text().splitlines()[0])
+    ids = [m["id"] for m in header["session"]["conversation"]]
+    assert ids == ["b1", "s1x"]
+
+
+@pytest.mark.spec("IMP-16")
+def test_a_turn_cut_off_waiting_for_the_model(tmp_path: Path) -> None:
+    path = _write(tmp_path, [_user("u1", None, "anyone there?")])
+    (turn,) = import_file(path, None, name="s1.jsonl").turns
+    assert turn.terminal is None and not turn.reproduced
+    assert turn.divergence is not None and turn.divergence.cause == "cut-off"
+
+
+@pytest.mark.spec("IMP-19")
+def test_comparison_leaves_out_ids_and_what_was_given() -> None:
+    a = AssistantMessage(id="m3", response_id="r1", model="x", content=(TextBlock(text="hi"),))
+    b = AssistantMessage(id="uuid-1", response_id="msg_1", model="x", content=(TextBlock(text="hi"),), stop_reason="end_turn")
+    assert comparable(a) == comparable(b)
+    s1 = SystemMessage(id="m4", subtype="stop_hook_summary", text="Ran 1 stop hook(s)", level="suggestion")
+    s2 = SystemMessage(id="u", subtype="stop_hook_summary", text="", level="suggestion")
+    assert comparable(s1) == comparable(s2)
+    u1 = UserMessage(id="m1", content=(TextBlock(text="x"),), origin="prompt")
+    u2 = UserMessage(id="m1", content=(TextBlock(text="x"),), is_meta=True)
+    assert comparable(u1) != comparable(u2)
+
+
+@pytest.mark.spec("IMP-20")
+def test_step_ranges() -> None:
+    assert _ranges([1, 2, 3, 7, 9, 10]) == "1-3,7,9-10"
+    assert _ranges([]) == ""
+
+
+def test_the_driver_stops_where_step_rejects(tmp_path: Path) -> None:
+    """A result for a tool call that does not exist: the driver stops there and says why."""
+    path = _write(
+        tmp_path,
+        [
+            _user("u1", None, "go"),
+            _assistant("a1", "u1", "m1", {"type": "text", "text": "Sure."}),
+            _user("r1", "a1", [{"type": "tool_result", "tool_use_id": "ghost", "content": "?"}]),
+        ],
+    )
+    (turn,) = import_file(path, None, name="s1.jsonl").turns
+    assert turn.divergence is not None and turn.divergence.line == 3
+    assert "ghost" in turn.divergence.got and turn.divergence.cause == "unknown-call"
+
+
+def _mutate(obj: Any, rnd: random.Random) -> None:
+    values: list[Any] = [None, 1, -5, 2.5, "x", [], {}, [1], {"a": 1}, True, "", "toolu_x"]
+    if isinstance(obj, dict) and obj:
+        k = rnd.choice(list(obj))
+        r = rnd.random()
+        if r < 0.3:
+            del obj[k]
+        elif r < 0.6:
+            obj[k] = rnd.choice(values)
+        else:
+            _mutate(obj[k], rnd)
+    elif isinstance(obj, list) and obj:
+        i = rnd.randrange(len(obj))
+        r = rnd.random()
+        if r < 0.3:
+            del obj[i]
+        elif r < 0.5:
+            obj[i] = rnd.choice(values)
+        else:
+            _mutate(obj[i], rnd)
+
+
+@pytest.mark.spec("IMP-1")
+def test_records_with_anything_in_them_never_crash_the_importer(tmp_path: Path) -> None:
+    """A real transcript with keys deleted and values replaced by values of other types, at
+    random (fixed seeds; 400 seeds passed when this was written): every file imports, with its
+    problems as lines, and every trace written replays exactly."""
+    from effects.trace import replay_exact
+
+    base = [
+        json.loads(line)
+        for line in (ROOT / "tests/data/cc-transcripts/spotter/tool_heavy.jsonl").read_text("utf-8").splitlines()
+    ]
+    for seed in range(25):
+        rnd = random.Random(seed)
+        records = json.loads(json.dumps(base))
+        for _ in range(rnd.randint(1, 6)):
+            _mutate(records[rnd.randrange(len(records))], rnd)
+        path = tmp_path / f"m{seed}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        out = tmp_path / f"out{seed}"
+        rep = import_file(path, out, name=path.name)
+        assert all(str(p).startswith(f"{path.name}") for p in rep.problems)
+        assert not any("importer failed" in p.message for p in rep.problems), rep.problems
+        for trace in out.glob("*.jsonl"):
+            assert replay_exact(trace).ok, (seed, trace.name)
