@@ -1,9 +1,11 @@
 """``steploop temporal worker`` and ``steploop temporal start PROMPT``.
 
 The subcommand exists without the ``temporal`` extra; running it then says how to install it.
-Both commands end the process with ``os._exit`` once their output is flushed: the Temporal
-SDK's native runtime can crash a process while the interpreter shuts down (temporalio
-sdk-python issue 300), which would turn a finished command into a wrong exit status.
+Both commands end the process with ``os._exit`` once their output is flushed, on every path
+once the SDK is loaded (an error line and Ctrl-C included): the Temporal SDK's native runtime
+can crash a process while the interpreter shuts down (temporalio sdk-python issue 300), which
+would turn a finished command into a wrong exit status. ``start`` exits with the status
+``steploop run`` gives the turn's terminal (the table in :mod:`effects.cli_common`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,27 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-__all__ = ["register"]
+from effects.cli_common import (
+    EXIT_API_ERROR,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    config_from,
+    exit_code,
+    load_json,
+)
+from reducer import SteploopError
+
+if TYPE_CHECKING:
+    from effects.temporal.workflow import TurnResult
+
+__all__ = ["register", "turn_exit_code"]
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_STORE = ".steploop-temporal"
@@ -29,8 +48,6 @@ def _need_temporal() -> None:
     try:
         import temporalio  # noqa: F401
     except ImportError:
-        from effects.cli import CliError
-
         raise CliError(
             "steploop temporal needs the temporal extra: pip install 'steploop[temporal]'"
         ) from None
@@ -41,6 +58,42 @@ def _exit(code: int, out: TextIO) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _run_to_exit(main: Coroutine[Any, Any, int], out: TextIO) -> NoReturn:
+    """Run a command's coroutine and end the process with its status. A user error is one
+    line and status 2, Ctrl-C status 130, a Temporal failure (the server gone, the workflow
+    failed) one line and status 1, as ``effects.cli.main`` reports them; but never by
+    returning to the interpreter's shutdown once the SDK's runtime is up."""
+    from temporalio.exceptions import TemporalError
+
+    try:
+        code = asyncio.run(main)
+    except (CliError, SteploopError) as e:
+        print(f"steploop: error: {_one_line(e)}", file=sys.stderr)
+        code = EXIT_USAGE
+    except TemporalError as e:
+        print(f"steploop: error: Temporal: {_one_line(e)}", file=sys.stderr)
+        code = EXIT_FAILED
+    except KeyboardInterrupt:
+        print("steploop: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    _exit(code, out)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    cause = e.__cause__
+    if not text and cause is not None:
+        text = " ".join(str(cause).split())
+    return text or type(e).__name__
+
+
+def turn_exit_code(result: TurnResult) -> int:
+    """The exit status of a turn's result: the terminal's, as for ``steploop run``
+    (``completed`` on an API-error message is 3)."""
+    code = exit_code(str(result.terminal.get("type", "")))
+    return EXIT_API_ERROR if code == EXIT_OK and result.api_error else code
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -92,7 +145,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     _need_temporal()
-    from effects.cli import SAMPLE_PROJECT, CliError, demo_script
+    from effects.cli import SAMPLE_PROJECT, demo_script
     from effects.tools import ToolRegistry, builtin_tools
 
     if args.demo and args.workspace is None:
@@ -107,16 +160,14 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     if args.demo or args.scripted:
         from effects.scripted import ScriptedModel
         from effects.temporal.activities import ByCallId
-        from effects.trace_cli import _load_json
 
-        script = demo_script() if args.demo else _load_json(args.scripted)
+        script = demo_script() if args.demo else load_json(args.scripted, "script")
         model = ByCallId(ScriptedModel.from_json(script, traits_for=tools.traits))
     else:
         from effects.trace_cli import _live_model
 
         _, model = _live_model(tools.traits, tools.definitions())
-    code = asyncio.run(_work(args, model, tools, workspace, out))
-    _exit(code, out)
+    _run_to_exit(_work(args, model, tools, workspace, out), out)
 
 
 async def _work(
@@ -145,7 +196,6 @@ async def _work(
 
 
 async def _connect(args: argparse.Namespace) -> Any:
-    from effects.cli import CliError
     from effects.temporal.client import connect
 
     try:
@@ -162,19 +212,16 @@ async def _connect(args: argparse.Namespace) -> Any:
 
 def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
     _need_temporal()
-    from effects.cli import CliError, _config
-
     if args.rounds_per_run < 1:
         raise CliError("--rounds-per-run must be at least 1")
-    config = _config(args)
+    config = config_from(args.profile, args.set)
     if args.trace and Path(args.trace).exists():
         raise CliError(f"{args.trace} exists: the workflow writes a new trace there")
-    code = asyncio.run(_start(args, config, out))
-    _exit(code, out)
+    _run_to_exit(_start(args, config, out), out)
 
 
 async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
-    from effects.cli import describe
+    from effects.cli_drive import describe
     from effects.run import PermissionPolicy
     from effects.temporal.client import start_turn, turn_input
     from effects.temporal.workflow import TurnWorkflow
@@ -195,7 +242,7 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
     handle = await start_turn(client, inp, workflow_id=wid, task_queue=args.task_queue)
     print(f"▶ {args.prompt}  (workflow {wid})", file=out, flush=True)
     if args.no_wait:
-        return 0
+        return EXIT_OK
     from temporalio.client import WorkflowExecutionStatus
 
     run_id = handle.first_execution_run_id  # followed run by run, so no item is missed
@@ -231,7 +278,7 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
     print(f"══ terminal: {res.terminal['type']}  ({res.steps} steps, {res.runs} run(s))", file=out)
     if args.trace:
         print(f"trace: {args.trace} (steploop replay {args.trace})", file=out)
-    return 0
+    return turn_exit_code(res)
 
 
 def _ask(ask: dict[str, Any], out: TextIO) -> str:

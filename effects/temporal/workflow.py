@@ -79,7 +79,7 @@ with workflow.unsafe.imports_passed_through():
         ToolUseSummaryReady,
         WaitElapsed,
     )
-    from reducer.messages import Usage
+    from reducer.messages import AssistantMessage, Usage
     from reducer.serialize import structure
     from reducer.transitions import CONTINUE_TYPES
 
@@ -135,6 +135,9 @@ class TurnResult:
     acknowledged: list[str]
     steps: int
     runs: int
+    api_error: bool = False
+    """The turn's last message is an API-error message: it ended ``completed`` with nothing
+    answered (R-RETRY-4), exit status 3 as for ``steploop run``."""
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -306,6 +309,7 @@ class TurnWorkflow:
         for task in self._tasks.values():  # nothing the turn still waits for
             task.cancel()
         self._tasks.clear()
+        last = next(state.conversation.reversed(), None)
         return TurnResult(
             terminal=encode(terminal),
             session=encode(state.session()),
@@ -313,6 +317,7 @@ class TurnWorkflow:
             acknowledged=acknowledged,
             steps=self._next,
             runs=runs,
+            api_error=isinstance(last, AssistantMessage) and last.api_error is not None,
         )
 
     def _quiet(self, fx: tuple[Effect, ...]) -> bool:

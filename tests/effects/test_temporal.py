@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -33,9 +34,11 @@ from temporalio.client import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from effects.cli import SAMPLE_PROJECT, demo_script
+from effects.cli import SAMPLE_PROJECT, build_parser, demo_script
+from effects.cli_common import config_from
 from effects.run import PermissionPolicy
 from effects.scripted import ScriptedModel
+from effects.temporal import cli as temporal_cli
 from effects.temporal.activities import ByCallId, Ledger, SteploopActivities
 from effects.temporal.client import data_converter, replayer, start_turn, turn_input, worker
 from effects.temporal.sink import TraceDiverged, TraceSink
@@ -161,6 +164,7 @@ async def test_the_walk_through_runs_as_a_workflow(
         result = await finish(handle)
         items = await handle.query(TurnWorkflow.items, 0)
     assert result.terminal == {"type": "completed"} and result.runs == 1
+    assert not result.api_error and temporal_cli.turn_exit_code(result) == 0
     assert "if (!userId) return" in (ws / "src/auth/validate.ts").read_text()
     assert [i["type"] for i in items][:2] == ["user", "assistant"] and len(items) == 8
     await check_determinism(env.client, handle, trace)
@@ -194,6 +198,30 @@ async def test_wait_is_a_durable_timer_the_test_server_skips(
     failed = next(e for e in events if isinstance(e, ModelCallFailed))
     elapsed = next(e for e in events if isinstance(e, WaitElapsed))
     assert elapsed.at_ms - failed.at_ms >= 3_600_000
+
+
+@pytest.mark.spec("CLI-1")
+@pytest.mark.anyio
+async def test_a_turn_that_ends_on_an_api_error_exits_3(
+    env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """No retries left: the turn ends completed on an API-error message; the result says so,
+    and `temporal start` exits 3 for it, as `steploop run` does."""
+    script = [{"type": "failure", "kind": "overloaded", "status": 529}]
+    trace = tmp_path / "api-error.jsonl"
+    queue = unique("q")
+    async with worker(env.client, activities_for(tmp_path, script), task_queue=queue):
+        inp = turn_input(
+            "go",
+            config=config_from(None, ["retry.max_retries=0"]),
+            trace_path=trace,
+            provenance=FIXED,
+        )
+        handle = await start_turn(env.client, inp, workflow_id=unique("err"), task_queue=queue)
+        result = await finish(handle)
+    assert result.terminal == {"type": "completed"} and result.api_error
+    assert temporal_cli.turn_exit_code(result) == 3
+    await check_determinism(env.client, handle, trace)
 
 
 @pytest.mark.anyio
@@ -304,6 +332,7 @@ async def test_interrupts_and_queued_commands_are_signals(
         await handle.signal(TurnWorkflow.interrupt, "hard")
         result = await finish(handle)
     assert result.terminal == {"type": "aborted_tools"}
+    assert temporal_cli.turn_exit_code(result) == 5
     assert "Hang toolu_002 done" not in log.read_text()  # cancelled, never finished
     text = trace.read_text()
     assert "also check the tests" in text  # the command reached the conversation
@@ -466,6 +495,33 @@ def test_the_temporal_commands_say_what_is_wrong(tmp_path: Path) -> None:
     assert down.returncode == 2 and down.stderr.startswith(
         "steploop: error: cannot reach Temporal at 127.0.0.1:1"
     )
+
+
+@pytest.mark.spec("CLI-1")
+def test_an_error_once_the_sdk_runs_still_ends_through_os_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that cannot be reached: one line, status 2, and the process ends with
+    os._exit like a finished command (returning to the interpreter's shutdown with the SDK's
+    runtime up can abort the process, a wrong status)."""
+    codes: list[int] = []
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code: int) -> None:
+        codes.append(code)
+        raise Exited
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    args = build_parser().parse_args(
+        ["temporal", "start", "go", "--address", "127.0.0.1:1", "--store", str(tmp_path)]
+    )
+    with pytest.raises(Exited):
+        args.handler(args, io.StringIO())
+    assert codes == [2]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("steploop: error: cannot reach Temporal at 127.0.0.1:1")
 
 
 @pytest.mark.anyio
