@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    counterfactual,
     external,
     import_speed,
     loop_overhead,
@@ -37,7 +38,8 @@ ITEMS = {
     "5": "sdk_overhead",
     "6": "explorer",
     "7": "import_speed",
-    "8": "corpus",
+    "8": "counterfactual",
+    "9": "corpus",
 }
 
 
@@ -85,6 +87,11 @@ def item_import_speed(quick: bool) -> dict[str, Any]:
     return import_speed.measure((1, 2) if quick else (1, 4, 16))
 
 
+def item_counterfactual(quick: bool) -> dict[str, Any]:
+    rounds, reps = ((300, 1_000), 2) if quick else ((1_000, 10_000), 3)
+    return counterfactual.measure(rounds, reps)
+
+
 def item_corpus(quick: bool) -> dict[str, Any]:
     from benchmarks import corpus_throughput
 
@@ -99,6 +106,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "sdk_overhead": item_sdk_overhead,
     "explorer": item_explorer,
     "import_speed": item_import_speed,
+    "counterfactual": item_counterfactual,
     "corpus": item_corpus,
 }
 

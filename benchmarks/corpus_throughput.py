@@ -1,4 +1,4 @@
-"""Item 8: corpus throughput, traces per second over many traces with 1 and with 2 workers.
+"""Item 9: corpus throughput, traces per second over many traces with 1 and with 2 workers.
 
 The synthetic corpus (:func:`build_corpus`): templates recorded once (every golden scenario of
 ``specs/scenarios/``, one per transition, and synthetic tool-round traces of 20, 60 and 200

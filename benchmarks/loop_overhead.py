@@ -332,9 +332,9 @@ def profile(n: int, *, stamped: bool = False, backend: str = "asyncio") -> dict[
     return profile_top(
         lambda: anyio.run(runner, n, Stamps(), backend=backend),
         focus=(
-            "reducer/machine.py:step",
+            "reducer/machine.py:advance",
             "reducer/context.py:microcompact",
-            "effects/run.py:_work",
+            "reducer/drive.py:work",
             "effects/run.py:_serve",
             "effects/tools/base.py:call",
         ),

@@ -276,7 +276,7 @@ def _child(kind: str, path: str, verify: Verify, reps: int) -> dict[str, Any]:
             raise SystemExit(f"{path} does not replay exactly")
         with Profiler() as prof:
             replay_exact(path, verify=verify)
-        return prof.report(focus=("reducer/machine.py:step", "effects/trace/replay.py:_check_step"))
+        return prof.report(focus=("reducer/machine.py:advance", "effects/trace/replay.py:_check_step"))
     raise SystemExit(f"unknown child kind {kind!r}; expected one of {', '.join(CHILD_KINDS)}")
 
 

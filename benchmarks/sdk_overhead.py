@@ -333,7 +333,7 @@ async def _alternate(base_url: str, turns: int, reps: int, with_profile: bool) -
                     await steploop_run(client, turns, config)
             profile = prof.report(
                 focus=(
-                    "reducer/machine.py:step",
+                    "reducer/machine.py:advance",
                     "effects/model.py:stream",
                     "effects/model.py:_request",
                     "effects/model.py:_dispose",

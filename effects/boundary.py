@@ -29,12 +29,13 @@ import attrs
 
 from effects.tools.base import ToolOutput, tool_use_error
 from reducer.canonical import data_problem
-from reducer.events import CompactionFailed, CompactionFinished
+from reducer.events import CompactionFailed, CompactionFinished, ModelCallFailed, ModelResponseEnded
 from reducer.messages import TextBlock, ToolUseBlock
 
 __all__ = [
     "clean",
     "clean_block",
+    "clean_event",
     "clean_text",
     "compaction_result",
     "model_problem",
@@ -99,23 +100,77 @@ def _same_items(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
 def model_problem(block: object, seen_ids: set[str]) -> str | None:
     """What makes a streamed block malformed, or None. ``seen_ids``: the tool_use ids of the
     response so far (this adds the block's)."""
-    if isinstance(block, TextBlock):
+    if block.__class__ is not ToolUseBlock:
         return None
-    if isinstance(block, ToolUseBlock):
-        if block.id in seen_ids:
-            return f"tool_use id {block.id!r} appears twice in one response"
-        seen_ids.add(block.id)
-        if block.input.__class__ is not dict:
-            return f"the input of tool_use {block.id!r} is a {type(block.input).__name__}, not an object"
-        return data_problem(block.input, f"the input of tool_use {block.id!r}")
-    return None
+    tid = block.id
+    if tid in seen_ids:
+        return f"tool_use id {tid!r} appears twice in one response"
+    seen_ids.add(tid)
+    data = block.input
+    if data.__class__ is not dict:
+        return f"the input of tool_use {tid!r} is a {type(data).__name__}, not an object"
+    problem = data_problem(data)
+    return None if problem is None else f"the input of tool_use {tid!r}: {problem}"
+
+
+def _dirty(value: Any) -> bool:
+    """Whether any str in ``value`` (JSON data, or a block's fields) may hold a surrogate
+    (only a non-ASCII str is looked at closely). Iterative; the value is bounded anyway."""
+    if value.__class__ is dict:  # the usual tool input: one level of ASCII strings
+        for k, x in value.items():
+            if not (k.isascii() and (x.__class__ is not str or x.isascii())) or x.__class__ in (
+                dict,
+                list,
+                tuple,
+            ):
+                break
+        else:
+            return False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        cls = v.__class__
+        if cls is str:
+            if not v.isascii() and _search(v) is not None:
+                return True
+        elif cls is dict:
+            for k, x in v.items():
+                if k.__class__ is str and not k.isascii() and _search(k) is not None:
+                    return True
+                if x.__class__ is str:
+                    if not x.isascii() and _search(x) is not None:
+                        return True
+                elif x.__class__ in (dict, list, tuple):
+                    stack.append(x)
+        elif cls is list or cls is tuple:
+            stack.extend(v)
+    return False
 
 
 def clean_block(block: T) -> T:
-    """A streamed block with its text cleaned (the common text block checked inline)."""
-    if isinstance(block, TextBlock) and clean_text(block.text) is block.text:
+    """A streamed block with its text cleaned; the same block when it has no surrogate (the
+    usual case, checked without rebuilding anything)."""
+    cls = block.__class__
+    if cls is TextBlock:
+        if clean_text(block.text) is block.text:  # type: ignore[attr-defined]
+            return block
+    elif cls is ToolUseBlock:
+        b: Any = block
+        if b.id.isascii() and b.name.isascii() and not _dirty(b.input):
+            return block
+    elif not _dirty([getattr(block, name) for name in _fields(cls)]):
         return block
     return clean(block)  # type: ignore[no-any-return]
+
+
+def clean_event(event: T) -> T:
+    """A model stream's end or failure with its text cleaned; the same event when clean."""
+    if isinstance(event, ModelResponseEnded):
+        if event.model.isascii() and (event.stop_reason is None or event.stop_reason.isascii()):
+            return event
+    elif isinstance(event, ModelCallFailed) and event.message.isascii():
+        return event
+    return clean(event)  # type: ignore[no-any-return]
 
 
 def tool_output(name: str, out: object) -> ToolOutput:
@@ -151,8 +206,9 @@ def compaction_result(result: Any) -> Any:
         for m in result.messages:
             for b in getattr(m, "content", ()):
                 if isinstance(b, ToolUseBlock):
-                    problem = data_problem(b.input, f"the input of tool_use {b.id!r}")
+                    problem = data_problem(b.input)
                     if problem is not None:
+                        problem = f"the input of tool_use {b.id!r}: {problem}"
                         return CompactionFailed(
                             compact_id=result.compact_id,
                             reason=f"the compactor returned malformed data: {problem}",

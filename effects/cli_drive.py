@@ -145,7 +145,7 @@ class Display:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.console = console_for(out)
-        self._seen: object = None
+        self._shown = 0  # how many of the run's transitions are printed
         self._round = 1
 
     def line(self, text: str, style: str = "") -> None:
@@ -159,17 +159,15 @@ class Display:
         self.transition(r)
 
     def transition(self, r: Run) -> None:
-        state = r.state
-        if state is None or state.transition is None or state.transition is self._seen:
-            return
-        self._seen = state.transition
-        t = state.transition
-        if isinstance(t, CONTINUE_TYPES):
-            self._round += 1
-            self.line(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", "cyan")
-        else:
-            ok = t.TAG == "completed"
-            self.line(f"══ terminal: {t.TAG}{_payload(t)}", "bold green" if ok else "bold red")
+        passed = r.transitions  # every transition the run passed through, in order
+        for t in passed[self._shown :]:
+            if isinstance(t, CONTINUE_TYPES):
+                self._round += 1
+                self.line(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", "cyan")
+            else:
+                ok = t.TAG == "completed"
+                self.line(f"══ terminal: {t.TAG}{_payload(t)}", "bold green" if ok else "bold red")
+        self._shown = len(passed)
 
     def hook_report(self, hooks_id: int, runs: tuple[HookRun, ...]) -> None:
         """Show what the stop hooks said to the user (``systemMessage``, ``stopReason``)."""

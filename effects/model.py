@@ -4,8 +4,12 @@
 ``anthropic.AsyncAnthropic`` (SDK retries off: retrying is the machine's decision) and reports what
 happened as events for that ``call_id``:
 
-- one :class:`~reducer.events.ModelBlockReceived` per *completed* content block, in stream order;
-- then :class:`~reducer.events.ModelResponseEnded` (model, stop reason, usage);
+- one :class:`~reducer.events.ModelBlockReceived` per *completed* content block, in stream order
+  (blocks that arrive whole in ``message_start`` included), every type: text with its citations,
+  thinking and tool_use modelled, anything else kept whole as an
+  :class:`~reducer.messages.OpaqueBlock` and sent back byte-equal (specs/ R-BLOCK-1, R-BLOCK-2);
+- then :class:`~reducer.events.ModelResponseEnded` (served model, stop reason, usage,
+  stop_details);
 - or, on any failure, exactly one :class:`~reducer.events.ModelCallFailed` as the last event.
 
 It reads the SDK's raw stream events (``messages.create(stream=True)``), not ``messages.stream``:
@@ -14,7 +18,9 @@ way. Tool input is parsed strictly, once, from the concatenated ``input_json_del
 that does not parse (typically cut off by max_tokens) is reported as ``input={}`` with
 ``input_complete=False`` so the machine never runs it.
 
-Per call the client converts only the conversation records appended since its previous request
+A non-streaming call reads the response body as JSON, not through the SDK's types (they know only
+some block types). Per call the client converts only the conversation records appended since its
+previous request
 (the same bytes :func:`build_request` gives), and after ``message_stop`` it reads the end of the
 response body (briefly) so the SDK can reuse the connection for the next call.
 
@@ -24,6 +30,8 @@ Failure classification (``kind`` is one of :data:`reducer.events.FAILURE_KINDS`)
 what happened                                          kind
 =====================================================  ===================
 4xx whose message says "prompt is too long"            prompt_too_long
+400 "input length and `max_tokens` exceed context      context_overflow
+limit: A + B > C" (A and C are reported too)
 413, "request too large", 400 naming image/PDF/media   media
 429                                                    rate_limited
 529, or error type overloaded_error                    overloaded
@@ -83,10 +91,12 @@ __all__ = [
     "AnthropicModelClient",
     "Thinking",
     "TraitsFor",
+    "block_from_api",
     "build_request",
     "classify_error",
     "classify_exception",
     "make_client",
+    "parse_context_overflow",
     "parse_tool_input",
     "to_api_messages",
 ]
@@ -396,6 +406,18 @@ def build_request(
 # Failure classification (pure)
 
 _MEDIA_RE = re.compile(r"\b(image|images|pdf|document|documents|media)\b")
+_OVERFLOW_RE = re.compile(
+    r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)"
+)
+
+
+def parse_context_overflow(message: str) -> tuple[int, int, int] | None:
+    """The numbers of a 400 "input length and `max_tokens` exceed context limit: A + B > C"
+    message: (input tokens A, max_tokens B, context limit C); None for any other message."""
+    m = _OVERFLOW_RE.search(message)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
 def classify_error(status: int | None, error_type: str | None, message: str) -> str:
@@ -413,6 +435,8 @@ def classify_error(status: int | None, error_type: str | None, message: str) -> 
     client_side = status is None or 400 <= status < 500
     if client_side and "prompt is too long" in low:
         return "prompt_too_long"
+    if status == 400 and _OVERFLOW_RE.search(message):
+        return "context_overflow"
     if status == 413 or error_type == "request_too_large" or "request too large" in low:
         return "media"
     if (status == 400 or error_type == "invalid_request_error") and _MEDIA_RE.search(low):
@@ -927,12 +951,15 @@ class AnthropicModelClient:
 
     def _failed(self, call_id: int, exc: Exception, *, started: bool) -> ModelCallFailed:
         kind, message, status, retry_after_ms = classify_exception(exc, started=started)
+        numbers = parse_context_overflow(message) if kind == "context_overflow" else None
         return ModelCallFailed(
             call_id=call_id,
             kind=kind,
             message=message,
             status=status,
             retry_after_ms=retry_after_ms,
+            input_tokens=None if numbers is None else numbers[0],
+            context_limit=None if numbers is None else numbers[2],
             at_ms=self._clock(),
         )
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 import contextvars
 import math
 import time
-from collections import deque
 from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
+    Iterable,
     Mapping,
     Sequence,
 )
@@ -53,6 +53,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from effects.boundary import (
     clean,
     clean_block,
+    clean_event,
     clean_text,
     compaction_result,
     model_problem,
@@ -61,7 +62,8 @@ from effects.boundary import (
 from effects.concurrency import Handoff, Rest, Signal, primitives
 from effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
 from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
-from reducer import LoopConfig, LoopState, Request, Session, start, step
+from reducer import LoopConfig, LoopState, Request, Session
+from reducer.drive import Loop, Observer
 from reducer.effects import (
     AcknowledgeCommands,
     AskPermission,
@@ -97,7 +99,8 @@ from reducer.events import (
     WaitElapsed,
 )
 from reducer.messages import Emitted, Usage
-from reducer.transitions import Terminal
+from reducer.protocol import Key, opens, withdraws
+from reducer.transitions import Terminal, Transition
 
 __all__ = [
     "Compactor",
@@ -139,6 +142,9 @@ class PermissionRequest:
         self._run = run
         self._effect = effect
         self.answered = False
+        self.withdrawn = False
+        """The machine withdrew the request (``CancelTools``: an interrupt, a sibling's
+        error); an answer is then ignored."""
 
     @property
     def tool_use_id(self) -> str:
@@ -158,6 +164,9 @@ class PermissionRequest:
         if self.answered:
             raise RuntimeError(f"permission for {self.tool_use_id} was already answered")
         self.answered = True
+        key = opens(self._effect)
+        if self.withdrawn or key is None or self._run._asking.pop(key, None) is None:
+            return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
         self._run._feed(
             PermissionAnswered(
                 generation=self._effect.generation,
@@ -212,7 +221,6 @@ class RunResult:
 
 
 Item = Emitted | PermissionRequest | TextDelta
-Key = tuple[str, object]  # a running handler: its kind and the effect's id
 Handler = Callable[[Any, anyio.CancelScope], Coroutine[Any, Any, None]]
 _IDLE_RUNNERS = 8  # runner tasks kept waiting for work; more finish when their handler does
 
@@ -267,7 +275,6 @@ class Run:
         self._tool_timeout_s = tool_timeout_s
         self._timeouts = timeouts
         self._now = clock_ms
-        self._observer = observer
         self._summarizer = summarizer
         self._on_acknowledge = on_acknowledge
         self._resume = resume
@@ -279,9 +286,18 @@ class Run:
         self._scopes: dict[Key, anyio.CancelScope] = {}  # the running handlers, by effect
         self._idle: list[_Runner] = []  # runner tasks waiting for their next handler
         self._tg: TaskGroup | None = None
-        self._inbox: deque[Event] = deque()  # events not stepped yet, in arrival order
-        self._busy = True  # stepping now, an item waits for the consumer, or the turn ended
-        self._pending: deque[Effect] = deque()  # effects returned by step(), not executed yet
+        self._asking: dict[Key, PermissionRequest] = {}  # offered to the consumer, unanswered
+        # the driver loop (reducer/drive.py): this run is its world, and pushes events into it
+        self._loop = Loop(config, self._apply, observe=self._observe, on_error=self._failed)
+        self._on_step = _observer_of(observer)
+        self._handlers: dict[type, Handler] = {
+            CallModel: self._call_model,
+            StartTool: self._run_tool,
+            Wait: self._wait,
+            Compact: self._compact,
+            RunStopHooks: self._run_hooks,
+            SummarizeToolUse: self._summarize,
+        }
         self._wake: Signal | None = None  # wakes the driver when the turn ends or fails
         self._failure: Exception | None = None  # step() or the observer failed
         self._state: LoopState | None = None
@@ -364,7 +380,7 @@ class Run:
             if self._delta_send is not None:
                 self._delta_send.close()
             self._closed = True
-            self._inbox.clear()
+            self._loop.close()
             if self._transcript is not None:
                 self._transcript.close()
 
@@ -379,46 +395,32 @@ class Run:
 
     # -- stepping ----------------------------------------------------------------------------
     #
-    # Events are stepped one at a time, in arrival order, never two at once. Whoever brings
-    # an event steps it at once when nothing else is being stepped (``_busy`` is False): a
-    # runner finishing a tool, a model stream's next block, the consumer answering a
-    # permission. Every effect is executed there and then, except an item for a consumer that
-    # is not waiting for one: that item is held in the hand-over and the work stops (nothing
-    # is stepped, events queue) until the consumer takes it; the consumer then carries on
-    # with the work itself, in its ``__anext__``, before it returns the item. So no task is
-    # woken just to step an event, and backpressure holds: nothing advances until the
-    # consumer pulls. The driver task only runs ``start()`` and reports a failure.
+    # The run is the live world of a driver loop (reducer.drive.Loop, rule W-DRIVE-4) and
+    # pushes every event into it: whoever brings an event (a runner finishing a tool, a model
+    # stream's next block, the consumer answering a permission) feeds it, and the loop steps it
+    # at once when nothing else is being stepped, performing every effect there and then
+    # (``_apply``): starting or cancelling a handler, a permission the policy settles (answered
+    # at once, without a task or the consumer), an item for a consumer already waiting. An item
+    # for a consumer that is not waiting holds the loop (nothing is stepped, events queue)
+    # until the consumer takes it; the consumer then releases the loop and carries the work on
+    # itself, in its ``__anext__``, before it returns the item. So no task is woken just to
+    # step an event, and backpressure holds: nothing advances until the consumer pulls. The
+    # driver task only starts the turn and reports a failure.
+
+    @property
+    def transitions(self) -> list[Transition]:
+        """Every Continue and Terminal the turn passed through so far, in order."""
+        return self._loop.transitions
 
     def _feed(self, event: Event) -> None:
         if self._closed:
             return  # the run has ended; late answers go nowhere
-        self._inbox.append(event)
-        if not self._busy:
-            self._work()
+        self._loop.feed(event)
 
-    def _work(self) -> None:
-        """Execute the pending effects and step the inbox until both are empty, an item waits
-        for the consumer (the hand-over calls this again once it is taken) or the turn ends."""
-        self._busy = True
-        pending, inbox = self._pending, self._inbox
-        try:
-            while True:
-                if pending:
-                    if not self._apply(pending.popleft()):
-                        return  # held for the consumer
-                    if self.result is not None:
-                        self._out.close_sending()
-                        self._wake_driver()
-                        return
-                elif inbox:
-                    pending.extend(self._step(inbox.popleft()))
-                else:
-                    break
-        except Exception as exc:  # a failure of step() or the observer ends the run
-            self._failure = exc
-            self._wake_driver()
-            return
-        self._busy = False
+    def _failed(self, exc: Exception) -> None:
+        """A failure of step(), an effect or the observer ends the run."""
+        self._failure = exc
+        self._wake_driver()
 
     def _wake_driver(self) -> None:
         wake = self._wake
@@ -426,31 +428,35 @@ class Run:
             self._wake = None
             wake.set()
 
-    def _step(self, event: Event) -> tuple[Effect, ...]:
-        state = self._state
-        assert state is not None
-        if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
+    def _observe(
+        self,
+        event: Event | None,
+        state: LoopState,
+        fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
+    ) -> None:
+        before = self._state  # the state the event was stepped in
+        if (
+            isinstance(event, ModelResponseEnded)
+            and before is not None
+            and event.call_id == before.round.call_id
+        ):
             self._usage = _add(self._usage, event.usage)
-        state, fx = step(state, event, self.config)
         self._state = self.state = state
         if self._transcript is not None:  # usage, compaction and hook data for its records
             self._transcript.observe(event, state, fx)
-        if self._observer is not None:
-            self._observer(event, state, fx)
-        return fx
+        if self._on_step is not None:
+            self._on_step(event, state, fx, passed)
 
     async def _drive(self) -> None:
         try:
+            self._wake = wake = self._signal()
             if self._resume is not None:
                 state, fx = self._resume  # continue a recorded run (effects/trace/resume.py)
+                self._state = self.state = state
+                self._loop.resume(state, fx)
             else:
-                state, fx = start(self.request, self.config, self._session)
-                if self._observer is not None:
-                    self._observer(None, state, fx)
-            self._state = self.state = state
-            self._pending.extend(fx)
-            self._wake = wake = self._signal()
-            self._work()
+                self._loop.begin(self.request, self._session)
             if self._failure is None and self.result is None:
                 await wake.wait()  # until the turn ends or stepping fails
             if self._failure is not None:
@@ -458,60 +464,54 @@ class Run:
         finally:
             self._out.close_sending()
 
-    def _apply(self, effect: Effect) -> bool:
-        """Execute an effect; False if it is an item the consumer has yet to take."""
+    def _apply(self, effect: Effect, state: LoopState) -> Iterable[Event] | None:
+        """Perform an effect (the world's side of the loop); an item the consumer has yet to
+        take holds the loop until it is taken."""
         match effect:
             case Emit(item=item):
                 if self._transcript is not None:
                     self._transcript.record(item)
                 if not self._out.offer(item):
-                    self._out.hold(item, self._work)
-                    return False
-            case CallModel():
-                self._start(("model", effect.call_id), self._call_model, effect)
-            case CancelModelCall(call_id=cid):
-                self._cancel(("model", cid))
+                    self._out.hold(item, self._loop.release)
+                    self._loop.hold()
+            case (
+                CallModel() | StartTool() | Wait() | Compact() | RunStopHooks() | SummarizeToolUse()
+            ):
+                key = opens(effect)
+                assert key is not None
+                self._start(key, self._handlers[effect.__class__], effect)
+            case (
+                CancelModelCall()
+                | CancelTools()
+                | CancelWait()
+                | CancelCompaction()
+                | CancelStopHooks()
+            ):
+                for key in withdraws(effect):
+                    self._cancel(key)
             case AskPermission():
                 decision = self._permissions.decide(effect.name, effect.input)
-                if decision == "ask":
-                    request = PermissionRequest(self, effect)
-                    if not self._out.offer(request):
-                        self._out.hold(request, self._work)
-                        return False
-                else:  # settled by the policy: answered at once, no task, no consumer
-                    self._inbox.append(_policy_answer(effect, decision, self._now()))
-            case StartTool():
-                key = ("tool", (effect.generation, effect.tool_use_id))
-                self._start(key, self._run_tool, effect)
-            case CancelTools(generation=gen, tool_use_ids=ids):
-                for tid in ids:
-                    self._cancel(("tool", (gen, tid)))
-            case Wait(wait_id=wid):
-                self._start(("wait", wid), self._wait, effect)
-            case CancelWait(wait_id=wid):
-                self._cancel(("wait", wid))
-            case Compact():
-                self._start(("compact", effect.compact_id), self._compact, effect)
-            case CancelCompaction(compact_id=cid):
-                self._cancel(("compact", cid))
-            case RunStopHooks():
-                self._start(("hooks", effect.hooks_id), self._run_hooks, effect)
-            case CancelStopHooks(hooks_id=hid):
-                self._cancel(("hooks", hid))
+                if decision != "ask":  # settled by the policy: answered at once, no task
+                    return (_policy_answer(effect, decision, self._now()),)
+                request = PermissionRequest(self, effect)
+                key = opens(effect)
+                assert key is not None
+                self._asking[key] = request
+                if not self._out.offer(request):
+                    self._out.hold(request, self._loop.release)
+                    self._loop.hold()
             case PersistToolResult(tool_use_id=tid, content=content):
                 self.persisted[tid] = content
-            case SummarizeToolUse():
-                self._start(("summary", effect.summary_id), self._summarize, effect)
             case AcknowledgeCommands(command_ids=ids):
                 if self._on_acknowledge is not None:
                     self._on_acknowledge(ids)
             case Finish(terminal=terminal):
-                state = self._state
-                assert state is not None
                 self.result = RunResult(terminal=terminal, state=state, usage=self._usage)
+                self._out.close_sending()
+                self._wake_driver()
             case _:
                 assert_never(effect)
-        return True
+        return None
 
     def _start(self, key: Key, handler: Handler, effect: Any) -> None:
         """Run ``handler(effect)`` concurrently, under a cancel scope ``_cancel(key)`` cancels.
@@ -557,9 +557,14 @@ class Run:
             await go.wait()
 
     def _cancel(self, key: Key) -> None:
+        """Withdraw a request (W-PROTO-3): cancel its handler, or withdraw the permission
+        request offered to the consumer (answering it then does nothing)."""
         scope = self._scopes.pop(key, None)
         if scope is not None:
             scope.cancel()
+        request = self._asking.pop(key, None)
+        if request is not None:
+            request.withdrawn = True
 
     # -- effect handlers: each only classifies what happened into an event -------------------
 
@@ -614,7 +619,7 @@ class Run:
                     if block is not event.block:
                         event = attrs.evolve(event, block=block)
                 else:
-                    event = clean(event)
+                    event = clean_event(event)
                 self._feed(_stamped(event, self._now()))  # one clock for every event
                 if not isinstance(event, ModelBlockReceived):  # the response's last event
                     ended = True
@@ -627,8 +632,8 @@ class Run:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 if ended and scope is not None and not scope.cancel_called:
-                    key = ("model", call_id)
-                    if self._scopes.get(key) is scope:
+                    key = opens(effect)
+                    if key is not None and self._scopes.get(key) is scope:
                         del self._scopes[key]
                     scope.shield = True
                     await aclose()
@@ -663,8 +668,8 @@ class Run:
                 scope.deadline = anyio.current_time() + self._tool_timeout_s
                 out = await Rest(call, first)
         finally:
-            key = ("tool", (effect.generation, effect.tool_use_id))
-            if out is None and scope.cancel_called and self._scopes.get(key) is scope:
+            key = opens(effect)
+            if out is None and scope.cancel_called and key and self._scopes.get(key) is scope:
                 out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
             if out is not None:
                 out = tool_output(effect.name, out)  # effects/boundary.py
@@ -750,6 +755,28 @@ class Run:
 
 
 E = TypeVar("E")
+
+
+def _observer_of(observer: StepObserver | None) -> Observer | None:
+    """The loop's observer for ``observer=``: an object with ``observe(event, state, effects,
+    transitions)`` (a :class:`effects.trace.TraceRecorder`) is called with the transitions; a
+    plain callable ``(event, state, effects)`` without them."""
+    if observer is None:
+        return None
+    observe = getattr(observer, "observe", None)
+    if callable(observe):
+        return observe  # type: ignore[no-any-return]
+    three = observer
+
+    def call(
+        event: Event | None,
+        state: LoopState,
+        fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
+    ) -> None:
+        three(event, state, fx)
+
+    return call
 
 
 def _policy_answer(

@@ -658,7 +658,12 @@ class TranscriptWriter:
             record["requestId"] = _api_id("req", self._session_id, rid)
             if message.api_error is not None:
                 record["isApiErrorMessage"] = True
-                record["error"] = message.api_error.kind
+                # Claude Code's category under its texts ("": it writes none), else the kind
+                category = message.api_error.category
+                if category is None:
+                    record["error"] = message.api_error.kind
+                elif category:
+                    record["error"] = category
                 if message.api_error.status is not None:
                     record["apiErrorStatus"] = message.api_error.status
         elif isinstance(message, SystemMessage):

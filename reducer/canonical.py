@@ -208,12 +208,23 @@ _INT_BOUND = 10**MAX_INT_DIGITS
 _JSON_LEAVES = (str, bool, type(None))
 
 
-def data_problem(value: Any, what: str = "the value") -> str | None:
-    """None when ``value`` is JSON data within the limits; else what is wrong, in one line.
+def data_problem(value: Any, what: str = "it") -> str | None:
+    """None when ``value`` is JSON data within the limits; else what is wrong, in one line
+    (``what`` names the value in it).
 
     JSON data: dicts with str keys, lists, str, int, float, bool and None; at most
     :data:`MAX_DEPTH` levels of dicts and lists; integers of at most :data:`MAX_INT_DIGITS`
     digits; no NaN or infinity. Iterative, so any depth is checked without recursion."""
+    if value.__class__ is dict:  # the usual tool input: one level of scalars
+        for k, x in value.items():
+            if k.__class__ is not str:
+                break
+            cls = x.__class__
+            if cls in _JSON_LEAVES or (cls is int and -_INT_BOUND < x < _INT_BOUND):
+                continue
+            break
+        else:
+            return None
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         v, depth = stack.pop()

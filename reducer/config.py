@@ -213,6 +213,16 @@ class LoopConfig:
     budget_completion_pct: int = attrs.field(default=90, validator=_percent)
     budget_diminishing_tokens: int = attrs.field(default=500, validator=_non_negative)
     budget_min_continuations: int = attrs.field(default=3, validator=_non_negative)
+    # fidelity to the API and to Claude Code's own texts (specs/ R-OVERFLOW-1, R-REFUSAL-1,
+    # S-PAUSE-1, R-TEXTS-1)
+    texts: Literal["steploop", "claude_code"] = attrs.field(
+        default="steploop", validator=_one_of("steploop", "claude_code")
+    )
+    non_interactive: bool = attrs.field(default=False, validator=_bool)
+    pause_turn_resumes: int = attrs.field(default=5, validator=_non_negative)
+    thinking_budget: int | None = attrs.field(default=None, validator=_opt_positive)
+    overflow_safety_buffer: int = attrs.field(default=1_000, validator=_non_negative)
+    floor_output_tokens: int = attrs.field(default=3_000, validator=_positive)
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_group(RetryPolicy))
     gates: Gates = attrs.field(factory=Gates, validator=_group(Gates))
     compat: Compat = attrs.field(factory=Compat, validator=_group(Compat))
@@ -346,6 +356,8 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
         stop_hook_block_cap=None,
         strip_signatures_on_fallback=False,
         collapse_disables_auto_compact=True,
+        texts="claude_code",  # [R-TEXTS-1]
+        pause_turn_resumes=0,  # [S-PAUSE-1] pause_turn is treated as end_turn
     )
     return attrs.evolve(base, **overrides) if overrides else base
 
@@ -434,4 +446,17 @@ def profiles_markdown() -> str:
         lines.append(
             f"| `{d}` | " + " | ".join(f"`{getattr(c, d)!r}`" for c in cfgs.values()) + " |"
         )
+    lines += _fidelity_rows()
     return "\n".join(lines) + "\n"
+
+
+def _fidelity_rows() -> list[str]:
+    """The rules of API fidelity and the keys they read (specs/ R-OVERFLOW-1 ... R-CATEGORY-1)."""
+    return [
+        "",
+        "Rules that read these keys (API fidelity): R-OVERFLOW-1 (`overflow_safety_buffer`,",
+        "`floor_output_tokens`, `thinking_budget`; every profile), R-REFUSAL-1 (`texts`,",
+        "`non_interactive`; every profile), S-PAUSE-1 (`pause_turn_resumes`: 0 is the reference's",
+        "pause_turn-as-end_turn), R-TEXTS-1 and R-CATEGORY-1 (`texts`), R-BLOCK-1/2 (no key:",
+        "every profile keeps and resends every content block).",
+    ]

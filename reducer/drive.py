@@ -99,6 +99,7 @@ class Loop:
         on_error: an exception of ``step()``, ``perform`` or ``observe`` goes here and the loop
             stops for good; without it, it propagates to whoever fed the event.
         max_events: stop (``stopped``) instead of stepping the event after this many.
+        keep_transitions: keep ``transitions`` (off: constant memory however long the run).
 
     ``state`` is the latest state; ``terminal`` the Terminal once ``Finish`` was performed;
     ``transitions`` every transition passed so far, in order; ``events`` the events stepped.
@@ -112,8 +113,10 @@ class Loop:
         observe: Observer | None = None,
         on_error: Callable[[Exception], None] | None = None,
         max_events: int | None = None,
+        keep_transitions: bool = True,
     ) -> None:
         self.config = config
+        self._keep = keep_transitions
         self._perform = perform
         self._observe = observe
         self._on_error = on_error
@@ -150,7 +153,7 @@ class Loop:
         passed: tuple[Transition, ...],
     ) -> None:
         self.state = state
-        if passed:
+        if passed and self._keep:
             self.transitions.extend(passed)
         try:
             if self._observe is not None:
@@ -200,7 +203,7 @@ class Loop:
             return
         self._busy = True
         pending, inbox, perform, observe = self._pending, self._inbox, self._perform, self._observe
-        config = self.config
+        config, keep = self.config, self._keep
         state = self.state
         assert state is not None, "begin() or resume() first"
         try:
@@ -225,7 +228,7 @@ class Loop:
                     state, fx, passed = advance(state, event, config)
                     self.state = state
                     self.events += 1
-                    if passed:
+                    if passed and keep:
                         self.transitions.extend(passed)
                     if observe is not None:
                         observe(event, state, fx, passed)
@@ -238,6 +241,12 @@ class Loop:
             self._on_error(exc)
             return
         self._busy = False
+
+    def close(self) -> None:
+        """Stop for good: nothing queued is stepped or performed any more."""
+        self._busy = True
+        self._inbox.clear()
+        self._pending.clear()
 
     def _drop_withdrawn(self, effect: Effect) -> None:
         """Answers still queued for a request ``effect`` withdraws are never stepped."""

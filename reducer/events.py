@@ -100,12 +100,17 @@ FAILURE_KINDS: tuple[str, ...] = (
     "invalid_request",  # other 4xx
     "image_client",  # an image the client could not size or resize
     "unknown",  # anything nothing recognises -> model_error
+    "context_overflow",  # 400 "input length and `max_tokens` exceed context limit: A + B > C"
 )
 
 
 @attrs.frozen(kw_only=True)
 class ModelCallFailed:
-    """Model call ``call_id`` failed; the shell only classifies (``kind`` in FAILURE_KINDS)."""
+    """Model call ``call_id`` failed; the shell only classifies (``kind`` in FAILURE_KINDS).
+
+    For ``context_overflow`` the shell also reads the numbers of the message: the request's
+    input tokens (A) and the context limit (C) (R-OVERFLOW-1).
+    """
 
     TAG: ClassVar[str] = "model_call_failed"
     call_id: int
@@ -113,6 +118,8 @@ class ModelCallFailed:
     message: str = ""
     status: int | None = None
     retry_after_ms: int | None = None
+    input_tokens: int | None = None
+    context_limit: int | None = None
     at_ms: int = 0
 
     def __attrs_post_init__(self) -> None:
@@ -120,9 +127,17 @@ class ModelCallFailed:
             raise ValueError(f"unknown failure kind {self.kind!r}; expected one of {FAILURE_KINDS}")
 
 
+HookEvent: TypeAlias = Literal["PreToolUse", "PostToolUse"]
+
+
 @attrs.frozen(kw_only=True)
 class ToolFinished:
-    """A tool started by ``StartTool(generation, tool_use_id)`` finished (completion order)."""
+    """A tool started by ``StartTool(generation, tool_use_id)`` finished (completion order).
+
+    ``hook_stopped``: a hook asked the loop to stop after this call; ``hook_event`` says which
+    (a PreToolUse hook that let the call run, or a PostToolUse hook) and ``hook_stop_reason``
+    the hook's own stop reason, if it gave one (T-HOOK-1).
+    """
 
     TAG: ClassVar[str] = "tool_finished"
     generation: int
@@ -130,6 +145,8 @@ class ToolFinished:
     content: str
     is_error: bool = False
     hook_stopped: bool = False
+    hook_event: HookEvent = "PostToolUse"
+    hook_stop_reason: str = ""
     at_ms: int = 0
 
 

@@ -13,8 +13,8 @@ A round runs the reference order [R-ORDER-1]:
     tool-result budget  (applied when a result is written, so it is frozen per tool_use_id)
     snip -> microcompact -> context collapse -> auto-compact -> blocking limit -> CallModel
     stream: blocks arrive; safe tools start mid-stream; non-safe ones after the end
-    no tool use:  PTL ladder -> media ladder -> MOT ladder -> API-error exit -> stop hooks
-                  -> token budget -> completed
+    no tool use:  PTL ladder -> media ladder -> MOT ladder -> API-error exit (a refusal is
+                  one) -> pause_turn resume -> stop hooks -> token budget -> completed
     tool use:     (interrupts abort) -> hook_stopped -> max_turns -> next_turn
 
 The machine waits for the world in *phases*. ``TABLE`` below maps (phase, event type) to the
@@ -99,6 +99,7 @@ from reducer.state import (
     Session,
     Slot,
 )
+from reducer.texts import error_category, interrupted_result, refusal_text, rejected_result
 from reducer.transitions import (
     AbortedStreaming,
     AbortedTools,
@@ -148,12 +149,8 @@ MOT_NUDGE: Final = (
     "pieces."
 )
 PROMPT_TOO_LONG: Final = "Prompt is too long"
-INTERRUPTED_RESULT: Final = "Interrupted by user"
 FALLBACK_RESULT: Final = "Model fallback triggered"
-REJECTED_RESULT: Final = (
-    "The user rejected this tool use; nothing was executed. Stop and wait for the user's "
-    "instructions."
-)
+# The texts that differ between steploop's and Claude Code's style live in reducer/texts.py.
 MOT_REASONS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
 RETRYABLE: Final = frozenset({"rate_limited", "overloaded", "server_error", "connection"})
 
@@ -178,17 +175,29 @@ def _breaker_tripped(s: LoopState, cfg: LoopConfig) -> bool:
 
 
 def _api_error(
-    s: LoopState, kind: str, text: str, status: int | None = None
+    s: LoopState,
+    kind: str,
+    text: str,
+    status: int | None = None,
+    *,
+    cfg: LoopConfig,
+    raw: str = "",
+    details: str = "",
 ) -> tuple[LoopState, AssistantMessage]:
-    """A synthetic assistant API-error message (never sent back to the model)."""
+    """A synthetic assistant API-error message (never sent back to the model). ``raw`` is the
+    API's own words (they decide the category, [R-CATEGORY-1]); ``details`` what the text
+    leaves out."""
     s, mid = _msg_id(s)
+    category = error_category(kind, status, raw or text) if cfg.texts == "claude_code" else None
     return s, AssistantMessage(
         id=mid,
         response_id=f"r{s.round.call_id}",
         model=SYNTHETIC_MODEL,
         content=(TextBlock(text=text),),
         stop_reason="stop_sequence",
-        api_error=ErrorInfo(kind=kind, message=text, status=status),
+        api_error=ErrorInfo(
+            kind=kind, message=text, status=status, category=category, details=details
+        ),
     )
 
 
@@ -376,7 +385,7 @@ def _blocking_applies(s: LoopState, cfg: LoopConfig) -> bool:
 
 def _blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     if _blocking_applies(s, cfg) and _count(s) >= cfg.blocking_limit:
-        s, err = _api_error(s, "blocking_limit", PROMPT_TOO_LONG)
+        s, err = _api_error(s, "blocking_limit", PROMPT_TOO_LONG, cfg=cfg)
         fx.append(Emit(item=err))
         fresh = Round(call_id=s.ids.call, generation=s.ids.generation + 1)  # no call was made
         s = evolve(s, conversation=s.conversation.append(err), round=fresh)
@@ -394,6 +403,8 @@ def _call_model(s: LoopState, cfg: LoopConfig, fx: FX, *, fresh: bool = False) -
     if fresh:
         r = Round(call_id=call_id, generation=gen, max_tokens=max_tokens)
     else:
+        # a retry keeps the round's cap: the same, or one lowered for an overflow [R-OVERFLOW-1]
+        max_tokens = r.max_tokens or max_tokens
         r = Round(
             call_id=call_id,
             generation=gen,
@@ -636,7 +647,8 @@ def on_permission(s: LoopState, e: PermissionAnswered, cfg: LoopConfig, fx: FX) 
         s = _set_slot(s, i, evolve(sl, status="done", result=result))
         return _after_slot_change(s, cfg, fx, e.at_ms)
     if e.decision == "rejected_by_user":  # [R-PERM-3] the user's rejection aborts the round
-        result = ToolResultBlock(tool_use_id=sl.tool_use_id, content=REJECTED_RESULT, is_error=True)
+        text = rejected_result(cfg, e.reason)  # [R-TEXTS-1]
+        result = ToolResultBlock(tool_use_id=sl.tool_use_id, content=text, is_error=True)
         s = _set_slot(s, i, evolve(sl, status="done", result=result))
         return _interrupt(s, cfg, fx, "hard", e.at_ms)
     assert_never(e.decision)
@@ -666,7 +678,10 @@ def on_tool_finished(s: LoopState, e: ToolFinished, cfg: LoopConfig, fx: FX) -> 
     # [T-HOOK-1] / [Q-2]: the reference ignores hook stops of tools finishing mid-stream
     hook = e.hook_stopped and not (cfg.compat.ignore_midstream_hook_stop and not s.round.ended)
     result = ToolResultBlock(tool_use_id=sl.tool_use_id, content=content, is_error=e.is_error)
-    s = _set_slot(s, i, evolve(sl, status="done", result=result, hook_stopped=hook))
+    done = evolve(sl, status="done", result=result, hook_stopped=hook)
+    if hook:
+        done = evolve(done, hook_event=e.hook_event, hook_reason=e.hook_stop_reason)
+    s = _set_slot(s, i, done)
     if hook:
         s = evolve(s, round=evolve(s.round, hook_stop=True))
     if e.is_error and sl.traits.cancels_siblings_on_error and s.round.sibling_error is None:
@@ -721,6 +736,7 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
         turn_output_tokens=s.turn_output_tokens + e.usage.output_tokens,
         last_assistant_at_ms=e.at_ms,
         last_usage=e.usage,
+        pause_resumes=s.pause_resumes if e.stop_reason == "pause_turn" else 0,  # [S-PAUSE-1]
     )
     if e.stop_reason in MOT_REASONS:  # [R-MOT-1] withheld until recovery fails [G9]
         if e.stop_reason == "max_tokens":
@@ -730,8 +746,10 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             )
         else:
             text = "API Error: The model has reached its context window limit."
-        s, err = _api_error(s, "max_output_tokens", text)
+        s, err = _api_error(s, "max_output_tokens", text, cfg=cfg)
         s = evolve(s, round=evolve(s.round, withheld=err))
+    elif e.stop_reason == "refusal":
+        s = _refusal(s, e, cfg, fx)
     s = _emit_ready_summary(s, fx)  # [R-SUM-1] the previous round's summary, after the stream
     s = _schedule(s, cfg, fx)
     s = _release(s, cfg, fx)
@@ -741,6 +759,15 @@ def on_response_ended(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: 
             return _after_tools(s, cfg, fx, e.at_ms)
         return s
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _refusal(s: LoopState, e: ModelResponseEnded, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[R-REFUSAL-1] the model refused: an API-error message (the usage-policy text), emitted
+    at once; the turn then ends as an API error does (G1), without stop hooks."""
+    text = refusal_text(cfg, s.model, e.stop_details)
+    s, err = _api_error(s, "refusal", text, cfg=cfg, details=e.stop_details or "")
+    fx.append(Emit(item=err))
+    return evolve(s, round=evolve(s.round, error_message=err))
 
 
 def _served(r: Round, e: ModelResponseEnded) -> tuple[AssistantMessage, ...]:
@@ -811,6 +838,11 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
     if _late_call(s, e):
         return s
     kind = e.kind
+    if kind == "context_overflow":  # [R-OVERFLOW-1]
+        cap = _overflow_cap(s, e, cfg)
+        if cap is not None:
+            return _overflow_retry(s, cfg, fx, cap)
+        kind = "invalid_request"  # the error stands [R-AUTH-1]
     if kind == "stream_broken" and s.round.streaming:
         return _stream_fallback(s, cfg, fx)
     if kind in RETRYABLE or kind == "stream_broken":
@@ -822,7 +854,7 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         if not cfg.compat.image_error_skips_orphan_repair:  # [Q-8]
             s = _synthesize_results(s, cfg, fx, e.message or "Image error", store=True)
         s, err = _api_error(
-            s, "image_client", e.message or "Image could not be processed", e.status
+            s, "image_client", e.message or "Image could not be processed", e.status, cfg=cfg
         )
         fx.append(Emit(item=err))
         s = _commit(s, [err])
@@ -830,13 +862,30 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
     # prompt too long, media, auth, invalid request: the attempt produced no usable output
     s = _discard_attempt(s, fx, tombstone=True)
     if kind == "prompt_too_long":  # [R-PTL-1]
-        s, err = _api_error(s, "prompt_too_long", PROMPT_TOO_LONG, e.status)
+        s, err = _api_error(
+            s,
+            "prompt_too_long",
+            PROMPT_TOO_LONG,
+            e.status,
+            cfg=cfg,
+            raw=e.message,
+            details=e.message,
+        )
         withhold = cfg.gates.reactive_compact or cfg.gates.context_collapse
     elif kind == "media":  # [R-MEDIA-1]
-        s, err = _api_error(s, "media", f"API Error: {e.message or 'media rejected'}", e.status)
+        s, err = _api_error(
+            s,
+            "media",
+            f"API Error: {e.message or 'media rejected'}",
+            e.status,
+            cfg=cfg,
+            raw=e.message,
+        )
         withhold = cfg.media_recovery_enabled
     else:
-        s, err = _api_error(s, kind, f"API Error: {e.message or kind}", e.status)
+        s, err = _api_error(
+            s, kind, f"API Error: {e.message or kind}", e.status, cfg=cfg, raw=e.message
+        )
         withhold = False
     if withhold:
         s = evolve(s, round=evolve(s.round, ended=True, withheld=err))
@@ -844,6 +893,29 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         fx.append(Emit(item=err))
         s = evolve(s, round=evolve(s.round, ended=True, error_message=err))
     return _no_tool_use(s, cfg, fx, e.at_ms)
+
+
+def _overflow_cap(s: LoopState, e: ModelCallFailed, cfg: LoopConfig) -> int | None:
+    """[R-OVERFLOW-1] the output cap that fits: context limit - input - safety buffer; None
+    when less than the floor fits, the numbers are missing or no retry is left."""
+    if e.input_tokens is None or e.context_limit is None:
+        return None
+    if s.round.retry_attempt >= cfg.retry.max_retries:
+        return None
+    available = max(0, e.context_limit - e.input_tokens - cfg.overflow_safety_buffer)
+    floor = cfg.floor_output_tokens
+    if available < floor:
+        return None
+    return max(floor, available, (cfg.thinking_budget or 0) + 1)
+
+
+def _overflow_retry(s: LoopState, cfg: LoopConfig, fx: FX, cap: int) -> LoopState:
+    """[R-OVERFLOW-1] resend at once with the lowered cap (kept for the round's later
+    attempts); no wait, no notice; it counts as a retry."""
+    s = _discard_attempt(s, fx, tombstone=True)
+    r = s.round
+    s = evolve(s, round=evolve(r, retry_attempt=r.retry_attempt + 1, max_tokens=cap))
+    return _call_model(s, cfg, fx)
 
 
 def _cancel_running(s: LoopState, fx: FX, reason: Any) -> LoopState:
@@ -860,7 +932,7 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
     if not cfg.compat.model_error_leaves_tools_running:  # [Q-9]
         s = _cancel_running(s, fx, "model_error")
     s = _synthesize_results(s, cfg, fx, text, store=True)
-    s, err = _api_error(s, "unknown", f"API Error: {text}", e.status)
+    s, err = _api_error(s, "unknown", f"API Error: {text}", e.status, cfg=cfg, raw=e.message)
     fx.append(Emit(item=err))
     s = _commit(s, [err])
     return _finish(
@@ -907,7 +979,9 @@ def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopSta
 def _give_up(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     """[R-RETRY-4] retries exhausted: an API-error message ends the turn without stop hooks."""
     s = _discard_attempt(s, fx, tombstone=True)
-    s, err = _api_error(s, e.kind, f"API Error: {e.message or e.kind}", e.status)
+    s, err = _api_error(
+        s, e.kind, f"API Error: {e.message or e.kind}", e.status, cfg=cfg, raw=e.message
+    )
     fx.append(Emit(item=err))
     s = evolve(s, round=evolve(s.round, ended=True, error_message=err))
     return _no_tool_use(s, cfg, fx, e.at_ms)
@@ -937,7 +1011,8 @@ def _model_fallback(s: LoopState, cfg: LoopConfig, fx: FX, fallback: str) -> Loo
         on_fallback=True,
         model=fallback,
         conversation=conv,
-        round=evolve(s.round, retry_attempt=0, consecutive_529=0),
+        # a new model: fresh retry counters, and the cap of the new call [R-OVERFLOW-1]
+        round=evolve(s.round, retry_attempt=0, consecutive_529=0, max_tokens=0),
     )
     return _call_model(s, cfg, fx)
 
@@ -1004,6 +1079,10 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     if r.error_message is not None:  # [G1] an API error ends the turn without stop hooks
         s = _commit(s, [r.error_message])
         return _finish(s, cfg, fx, Completed())
+    if r.stop_reason == "pause_turn" and cfg.pause_turn_resumes:  # [S-PAUSE-1]
+        if s.pause_resumes < cfg.pause_turn_resumes:
+            return _resume_paused(s, cfg, fx, now)
+        s = _pause_cap_reached(s, cfg, fx)  # then the pause ends the turn as end_turn does
     hid = s.ids.hooks + 1
     s = evolve(
         s, phase="stop_hooks", ids=evolve(s.ids, hooks=hid), round=evolve(s.round, pending_id=hid)
@@ -1015,6 +1094,28 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             stop_hook_active=s.stop_hook_active,
         )
     )
+    return s
+
+
+def _resume_paused(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    """[S-PAUSE-1] a paused server-tool loop is resumed: the paused response is committed and
+    the conversation sent again (through the round pipeline), with no user message. Not a
+    transition: ``state.transition`` stays, like a retry."""
+    s = _commit(s)
+    s = evolve(s, pause_resumes=s.pause_resumes + 1)
+    return _begin_round(s, cfg, fx, now)
+
+
+def _pause_cap_reached(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[S-PAUSE-1] the cap of resumes in a row is reached: a warning (not stored)."""
+    s, notice = _system(
+        s,
+        "pause_turn_cap",
+        f"The model paused its turn {s.pause_resumes + 1} times in a row; the cap of "
+        f"{cfg.pause_turn_resumes} resumes is reached, so this pause ends the turn",
+        "warning",
+    )
+    fx.append(Emit(item=notice))
     return s
 
 
@@ -1156,7 +1257,8 @@ def _token_budget(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 
 def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     r = s.round
-    extra: list[Message] = []
+    # a refusal that came with tool calls: its emitted error is stored too [R-REFUSAL-1]
+    extra: list[Message] = [] if r.error_message is None else [r.error_message]
     if r.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(r.withheld)  # [Q-6] a withheld MOT error followed by tool use stays in state
     s = _commit(s, extra)
@@ -1172,9 +1274,7 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
             summary_tool_ids=ids,
         )
     if r.hook_stop:  # [T-HOOK-1]
-        s, att = _attachment(s, "hook_stopped_continuation", (("hookName", "PostToolUse"),))
-        fx.append(Emit(item=att))
-        s = evolve(s, conversation=s.conversation.append(att))
+        s = _hook_stop_attachments(s, fx)
         return _finish(s, cfg, fx, HookStopped())
     if s.tracking.compacted:
         s = evolve(s, tracking=evolve(s.tracking, turn_counter=s.tracking.turn_counter + 1))
@@ -1191,6 +1291,35 @@ def _after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         s = _max_turns_attachment(s, cfg, fx, next_count)
         return _finish(s, cfg, fx, MaxTurns(turn_count=next_count))
     return _continue(s, cfg, fx, NextTurn(), now)
+
+
+HOOK_STOP_DEFAULTS: Final = {
+    "PreToolUse": "Execution stopped by hook",
+    "PostToolUse": "Execution stopped by PostToolUse hook",
+}
+"""The attachment's message when the hook gave no stop reason (the reference's texts)."""
+
+
+def _hook_stop_attachments(s: LoopState, fx: FX) -> LoopState:
+    """[T-HOOK-1] one ``hook_stopped_continuation`` per call a hook stopped, in tool_use
+    order, as the reference builds it: the message, the hook's name (event:tool), the call."""
+    for sl in s.round.slots:
+        if not sl.hook_stopped:
+            continue
+        event = sl.hook_event or "PostToolUse"
+        data: tuple[tuple[str, str | int | bool | None], ...] = (
+            (
+                "message",
+                sl.hook_reason or HOOK_STOP_DEFAULTS.get(event, "Execution stopped by hook"),
+            ),
+            ("hookName", f"{event}:{sl.name}"),
+            ("toolUseID", sl.tool_use_id),
+            ("hookEvent", event),
+        )
+        s, att = _attachment(s, "hook_stopped_continuation", data)
+        fx.append(Emit(item=att))
+        s = evolve(s, conversation=s.conversation.append(att))
+    return s
 
 
 def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int) -> LoopState:
@@ -1297,9 +1426,11 @@ def _finish(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -> LoopSt
 # =============================================================================================
 
 
-def _abort_slots(s: LoopState, fx: FX, kind: str) -> tuple[LoopState, bool]:
-    """Give unfinished calls their synthetic result; under a submit-interrupt, running
-    ``block`` tools keep running (draining). Returns (state, whether anything drains)."""
+def _abort_slots(s: LoopState, cfg: LoopConfig, fx: FX, kind: str) -> tuple[LoopState, bool]:
+    """Give unfinished calls their synthetic result (the rejection text with the streaming
+    executor, else ``Interrupted by user``: [I-2], [R-TEXTS-1]); under a submit-interrupt,
+    running ``block`` tools keep running (draining). Returns (state, whether anything drains)."""
+    text = interrupted_result(cfg)
     r = s.round
     slots = list(r.slots)
     cancel: list[str] = []
@@ -1316,9 +1447,7 @@ def _abort_slots(s: LoopState, fx: FX, kind: str) -> tuple[LoopState, bool]:
             sl,
             status="done",
             synthetic=True,
-            result=ToolResultBlock(
-                tool_use_id=sl.tool_use_id, content=INTERRUPTED_RESULT, is_error=True
-            ),
+            result=ToolResultBlock(tool_use_id=sl.tool_use_id, content=text, is_error=True),
         )
     if cancel:
         fx.append(
@@ -1343,7 +1472,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
     if phase == "streaming":  # [I-2]
         fx.append(CancelModelCall(call_id=r.call_id))
         s = evolve(s, round=evolve(r, ended=True))
-        s, drains = _abort_slots(s, fx, kind)
+        s, drains = _abort_slots(s, cfg, fx, kind)
         s = _release(s, cfg, fx)
         if drains:
             return evolve(
@@ -1353,7 +1482,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
             )
         return _end_aborted(s, cfg, fx, kind, AbortedStreaming())
     if phase == "running_tools":  # [I-3]
-        s, drains = _abort_slots(s, fx, kind)
+        s, drains = _abort_slots(s, cfg, fx, kind)
         s = _release(s, cfg, fx)
         if drains:
             return evolve(
@@ -1365,7 +1494,7 @@ def _interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Lo
     if phase == "draining":  # [I-4] a second, hard interrupt stops the block tools too
         if kind == "submit":
             return s
-        s, _ = _abort_slots(s, fx, "hard")
+        s, _ = _abort_slots(s, cfg, fx, "hard")
         s = evolve(s, round=evolve(s.round, abort_kind="hard"))
         s = _release(s, cfg, fx)
         assert s.round.pending_terminal is not None
@@ -1391,7 +1520,8 @@ def _finish_aborted(s: LoopState, cfg: LoopConfig, fx: FX, terminal: Terminal) -
     """Commit what the round produced, the interruption message on a hard interrupt
     (never on submit), and for aborted tools the max-turns attachment when due."""
     s = _release(s, cfg, fx, everything=True)
-    extra: list[Message] = []
+    err = s.round.error_message  # an emitted refusal is stored [R-REFUSAL-1]
+    extra: list[Message] = [] if err is None else [err]
     if s.round.withheld is not None and cfg.compat.unyielded_nudges:
         extra.append(s.round.withheld)
     if s.round.abort_kind == "hard":
@@ -1419,11 +1549,17 @@ def on_interrupted(s: LoopState, e: Interrupted, cfg: LoopConfig, fx: FX) -> Loo
 
 
 def _task_budget_carry(s: LoopState) -> LoopState:
-    """[R-TASK-1] at every compaction the server loses sight of the pre-compact window."""
+    """[R-TASK-1] at every compaction the server loses sight of the pre-compact window: the
+    input + output of the last response with real usage in the pre-compact conversation,
+    which may be the previous user turn's (the reference's finalContextTokensFromLastResponse)."""
     if s.task_budget_total is None:
         return s
-    u = s.last_usage
-    final = (u.input_tokens + u.output_tokens) if u is not None else 0
+    final = 0
+    for m in s.conversation.reversed():
+        if isinstance(m, AssistantMessage) and m.usage is not None:
+            if m.api_error is None and m.model != SYNTHETIC_MODEL:
+                final = m.usage.input_tokens + m.usage.output_tokens
+                break
     base = s.task_budget_remaining if s.task_budget_remaining is not None else s.task_budget_total
     return evolve(s, task_budget_remaining=max(0, base - final))
 

@@ -146,16 +146,29 @@ ErrorKind: TypeAlias = Literal[
     "image_client",
     "unknown",
     "blocking_limit",
+    "refusal",
+    "context_overflow",
 ]
 
 
 @attrs.frozen(kw_only=True)
 class ErrorInfo:
-    """A frozen description of a failure: never an exception object."""
+    """A frozen description of a failure: never an exception object.
+
+    ``kind`` is steploop's (a failure kind, ``max_output_tokens``, ``blocking_limit``,
+    ``refusal``); ``category`` is Claude Code's name for it (its ``error`` field: ``rate_limit``,
+    ``authentication_failed``, ...; "" where Claude Code sets none), set under the Claude Code
+    texts (specs/ R-CATEGORY-1), None otherwise. ``details`` keeps what the message text leaves
+    out (Claude Code's
+    ``errorDetails``: the API's own words for a prompt that is too long, a refusal's
+    ``stop_details``).
+    """
 
     kind: str
     message: str
     status: int | None = None
+    category: str | None = None
+    details: str = ""
 
 
 @attrs.frozen(kw_only=True)

@@ -46,6 +46,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
+from reducer._replace import evolve
 from reducer.effects import (
     AskPermission,
     CallModel,
@@ -304,8 +305,7 @@ def readdress(event: Event, effect: Effect) -> Event:
     if event.__class__ not in kind.answered_by:
         raise ValueError(f"{type(event).__name__} does not answer {kind.tag}")
     ids = {name: getattr(effect, name) for name in kind.readdress}
-    out: Event = attrs.evolve(event, **ids)
-    return out
+    return evolve(event, **ids)
 
 
 # ---------------------------------------------------------------------------------------------

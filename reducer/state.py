@@ -76,6 +76,8 @@ class Slot:
     result: ToolResultBlock | None = None
     synthetic: bool = False
     hook_stopped: bool = False
+    hook_event: str = ""  # which hook stopped the turn, and its reason [T-HOOK-1]
+    hook_reason: str = ""
     message: UserMessage | None = None  # set once the result is emitted
 
 
@@ -176,6 +178,7 @@ class LoopState:
     summary_text: str | None = None
     summary_tool_ids: tuple[str, ...] = ()
     last_usage: Usage | None = None
+    pause_resumes: int = 0  # paused responses resumed in a row [S-PAUSE-1]
     round: Round = attrs.field(factory=Round)
     ids: Ids = attrs.field(factory=Ids)
 

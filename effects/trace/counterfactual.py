@@ -1,5 +1,15 @@
 """Counterfactual replay: re-run a recorded turn under another config, answering each effect
 from the recording when it matches a recorded one, otherwise by policy (stop, scripted, live).
+
+The recording becomes a *recorded world* (:class:`_RecordedWorld`) that the driver loop
+(:func:`reducer.drive.drive_async`) runs like any other world: it matches each request the new
+run opens (:func:`reducer.protocol.opens`) to a recorded one, queues the recorded answers
+re-addressed to the new ids (:func:`reducer.protocol.readdress`) in their recorded order, drops
+what a cancel withdraws, and falls back to the policy for the rest.
+
+Linear in the trace: the fingerprint of a model call's conversation is chained per
+conversation node (:class:`Fingerprints`), so each message is encoded once, never the whole
+history per call.
 """
 
 from __future__ import annotations
@@ -9,164 +19,162 @@ import heapq
 import json
 import os
 import typing
-from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
 from effects.trace.read import TraceReader
-from effects.trace.replay import Mismatch, _check_step, _Walk
-from reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError, start, step
-from reducer.canonical import canonical_bytes, to_data
+from effects.trace.replay import (
+    Mismatch,
+    ReplayProgress,
+    _digest_mismatch,
+    _effects_mismatch,
+    _Walk,
+)
+from reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError
+from reducer.canonical import canonical_bytes
+from reducer.conversation import Conversation
+from reducer.drive import drive_async
 from reducer.effects import (
     AskPermission,
     CallModel,
-    CancelCompaction,
-    CancelModelCall,
-    CancelStopHooks,
-    CancelTools,
-    CancelWait,
     Compact,
     Effect,
-    Finish,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
     Wait,
 )
 from reducer.events import (
-    CompactionFailed,
-    CompactionFinished,
     Event,
     ModelBlockReceived,
-    ModelCallFailed,
     ModelResponseEnded,
-    PermissionAnswered,
-    StopHooksFinished,
-    ToolFinished,
     ToolTraits,
     ToolUseSummaryReady,
     WaitElapsed,
 )
 from reducer.messages import Message
-from reducer.transitions import Terminal
+from reducer.protocol import Key, answers, closes, kind_of, opens, readdress, withdraws
+from reducer.transitions import Terminal, Transition
 
-Key: TypeAlias = tuple[Any, ...]
 Policy: TypeAlias = Literal["stop", "scripted", "live"]
 POLICIES: tuple[str, ...] = ("stop", "scripted", "live")
 
-
-def _effect_key(e: Effect) -> Key | None:
-    """The identity of an effect that waits for an answer (None: fire and forget)."""
-    match e:
-        case CallModel(call_id=c):
-            return ("call_model", c)
-        case AskPermission(generation=g, tool_use_id=t):
-            return ("ask_permission", g, t)
-        case StartTool(generation=g, tool_use_id=t):
-            return ("start_tool", g, t)
-        case Wait(wait_id=w):
-            return ("wait", w)
-        case Compact(compact_id=c):
-            return ("compact", c)
-        case RunStopHooks(hooks_id=h):
-            return ("run_stop_hooks", h)
-        case SummarizeToolUse(summary_id=s):
-            return ("summarize_tool_use", s)
-    return None
+_EMPTY_FP = b"\x00" * 16
 
 
-def _event_key(e: Event) -> Key | None:
-    """The effect an event answers (None: the world spoke unasked: interrupts, commands)."""
-    match e:
-        case (
-            ModelBlockReceived(call_id=c)
-            | ModelResponseEnded(call_id=c)
-            | ModelCallFailed(call_id=c)
-        ):
-            return ("call_model", c)
-        case PermissionAnswered(generation=g, tool_use_id=t):
-            return ("ask_permission", g, t)
-        case ToolFinished(generation=g, tool_use_id=t):
-            return ("start_tool", g, t)
-        case WaitElapsed(wait_id=w):
-            return ("wait", w)
-        case CompactionFinished(compact_id=c) | CompactionFailed(compact_id=c):
-            return ("compact", c)
-        case StopHooksFinished(hooks_id=h):
-            return ("run_stop_hooks", h)
-        case ToolUseSummaryReady(summary_id=s):
-            return ("summarize_tool_use", s)
-    return None
+_CONTENT: dict[type, tuple[bytes, tuple[str, ...]]] = {}
 
 
-def _cancelled_keys(e: Effect) -> list[Key]:
-    match e:
-        case CancelModelCall(call_id=c):
-            return [("call_model", c)]
-        case CancelTools(generation=g, tool_use_ids=ids):
-            return [k for t in ids for k in (("ask_permission", g, t), ("start_tool", g, t))]
-        case CancelWait(wait_id=w):
-            return [("wait", w)]
-        case CancelCompaction(compact_id=c):
-            return [("compact", c)]
-        case CancelStopHooks(hooks_id=h):
-            return [("run_stop_hooks", h)]
-    return []
+def _content(m: Message) -> bytes:
+    """A message's content: its kind and every field but ``id`` and ``response_id``, each as
+    its canonical text (NUL-separated; a canonical text holds no NUL). Blocks are shared
+    between the answers the recording holds and the messages the new run builds from them, and
+    their canonical texts are memoised (reducer/canonical.py), so this costs little."""
+    cls = m.__class__
+    layout = _CONTENT.get(cls)
+    if layout is None:
+        names = tuple(
+            sorted(f.name for f in attrs.fields(cls) if f.name not in ("id", "response_id"))
+        )
+        layout = _CONTENT[cls] = (str(getattr(cls, "TAG", cls.__name__)).encode(), names)
+    tag, names = layout
+    return b"\x00".join([tag, *[canonical_bytes(getattr(m, n)) for n in names]])
 
 
-def _readdress(event: Event, **ids: Any) -> Event:
-    return typing.cast(Event, attrs.evolve(typing.cast(Any, event), **ids))
+class Fingerprints:
+    """:func:`fingerprint` at the cost of what is new.
 
+    A model call's fingerprint covers its conversation's messages without their ids. The
+    fingerprint of a conversation is chained: that of its previous node and the content digest
+    of its last message. The fingerprints of the most recent nodes are remembered (each call's
+    conversation extends an earlier call's, so the walk back stops at a remembered node after
+    the messages added since), and so are the content digests of recent messages (a rebuilt
+    conversation shares them). Both memos are bounded, and hold a reference to what they
+    remember, so no identity is recycled while remembered.
+    """
 
-def _retarget(event: Event, effect: Effect) -> Event:
-    """A recorded answer, re-addressed to the new run's ids (tool_use ids stay)."""
-    match effect:
-        case CallModel(call_id=c):
-            return _readdress(event, call_id=c)
-        case AskPermission(generation=g) | StartTool(generation=g):
-            return _readdress(event, generation=g)
-        case Wait(wait_id=w):
-            return _readdress(event, wait_id=w)
-        case Compact(compact_id=c):
-            return _readdress(event, compact_id=c)
-        case RunStopHooks(hooks_id=h):
-            return _readdress(event, hooks_id=h)
-        case SummarizeToolUse(summary_id=s):
-            return _readdress(event, summary_id=s)
-    raise AssertionError(f"no answer can be re-addressed to {type(effect).__name__}")
+    NODES = 512
+    MESSAGES = 4096
 
+    def __init__(self) -> None:
+        # oldest first; OrderedDict evicts in O(1) (a dict's first key is found by a scan
+        # over the slots its deletions left at the front)
+        self._nodes: OrderedDict[int, tuple[Conversation, bytes]] = OrderedDict()
+        self._messages: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
+        self._calls: dict[tuple[str, bool], bytes] = {}
 
-def _content(m: Message) -> Any:
-    data = to_data(m)
-    data.pop("id", None)
-    data.pop("response_id", None)
-    return data
+    def _call_text(self, model: str, streaming: bool) -> bytes:
+        got = self._calls.get((model, streaming))
+        if got is None:
+            got = self._calls[(model, streaming)] = canonical_bytes(
+                ["call_model", model, streaming]
+            )
+        return got
+
+    def message(self, m: Message) -> bytes:
+        memo = self._messages
+        got = memo.get(id(m))
+        if got is not None and got[0] is m:
+            return got[1]
+        d = hashlib.blake2b(_content(m), digest_size=16).digest()
+        if len(memo) >= self.MESSAGES:
+            memo.popitem(last=False)
+        memo[id(m)] = (m, d)
+        return d
+
+    def conversation(self, conv: Conversation) -> bytes:
+        nodes = self._nodes
+        todo: list[Conversation] = []
+        node: Conversation | None = conv
+        fp = _EMPTY_FP
+        while node is not None and node.last is not None:
+            got = nodes.get(id(node))
+            if got is not None and got[0] is node:
+                fp = got[1]
+                break
+            todo.append(node)
+            node = node.prev
+        else:
+            if node is not None and node.length:
+                raise ValueError("a hollow conversation (read from a trace) has no messages")
+        for n in reversed(todo):
+            assert n.last is not None
+            fp = hashlib.blake2b(fp + self.message(n.last), digest_size=16).digest()
+        if todo:
+            if len(nodes) >= self.NODES:
+                nodes.popitem(last=False)
+            nodes[id(conv)] = (conv, fp)
+        return fp
+
+    def __call__(self, effect: Effect) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        match effect:
+            case CallModel():
+                h.update(self._call_text(effect.model, effect.streaming))
+                h.update(self.conversation(effect.conversation))
+            case StartTool() | AskPermission():
+                h.update(canonical_bytes([effect.TAG, effect.name, effect.input]))
+            case Compact():
+                h.update(canonical_bytes(["compact", effect.trigger]))
+            case RunStopHooks():
+                h.update(canonical_bytes(["run_stop_hooks", effect.stop_hook_active]))
+            case Wait():
+                h.update(canonical_bytes(["wait", effect.ms]))
+            case SummarizeToolUse():
+                h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
+            case _:
+                raise ValueError(f"{type(effect).__name__} makes no request")
+        return h.digest()
 
 
 def fingerprint(effect: Effect) -> bytes:
-    """The request an effect makes, without ids (specs/trace-format.md, "Counterfactual")."""
-    h = hashlib.blake2b(digest_size=16)
-    match effect:
-        case CallModel():
-            h.update(canonical_bytes(["call_model", effect.model, effect.streaming]))
-            for m in effect.conversation.messages():
-                h.update(canonical_bytes(_content(m)))
-        case StartTool() | AskPermission():
-            h.update(canonical_bytes([effect.TAG, effect.name, effect.input]))
-        case Compact():
-            h.update(canonical_bytes(["compact", effect.trigger]))
-        case RunStopHooks():
-            h.update(canonical_bytes(["run_stop_hooks", effect.stop_hook_active]))
-        case Wait():
-            h.update(canonical_bytes(["wait", effect.ms]))
-        case SummarizeToolUse():
-            h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
-        case _:
-            raise ValueError(f"{type(effect).__name__} makes no request")
-    return h.digest()
+    """The request an effect makes, without ids (specs/trace-format.md, "Counterfactual").
+    For many effects of one run, call one :class:`Fingerprints` (it remembers)."""
+    return Fingerprints()(effect)
 
 
 def describe_request(effect: Effect) -> str:
@@ -193,85 +201,229 @@ def describe_request(effect: Effect) -> str:
     return type(effect).__name__
 
 
-@attrs.frozen(kw_only=True)
-class _Recorded:
+class _Recorded(typing.NamedTuple):
+    """A request of the recording (all atomic values: the collector never walks it)."""
+
     kind: str
     ordinal: int
     key: Key
     fingerprint: bytes
-    brief: str
     step: int
     max_tokens: int | None
 
 
-class _Index:
-    """What a recording asked for and how the world answered, built by replaying it."""
+_CHECK_EVERY = 64  # the index checks state digests at checkpoints (trace-format.md section 7)
+_RECENT = 1024  # used recorded effects kept for a divergence report
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        reader = TraceReader(path)
-        walk = _Walk(reader)
+
+class _Index:
+    """What a recording asked for and how the world answered, read as far as the new run
+    needs it.
+
+    The recording is replayed (:class:`_Walk`) step by step on demand: a request of the new
+    run reads the recording until it holds the recorded request of the same kind and ordinal
+    (or the file ends), and a matched request until its answers are complete. What was read and
+    used is let go, so a new run that follows the recording keeps only a few steps of it in
+    memory, and the work stays linear in the trace (the garbage collector never walks a whole
+    recording). A request matched out of order, a request nothing matches, or the report's
+    totals read on to the end; the matching is the one a complete index gives (trace-format.md
+    section 7).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fingerprints: Fingerprints,
+        progress: Callable[[ReplayProgress], None] | None = None,
+        every: int = 256,
+    ) -> None:
+        self.reader = reader = TraceReader(path)
+        self._walk = _Walk(reader)
+        self._records = iter(self._walk)
+        self._fingerprints = fingerprints
+        self._progress = progress
+        self._every = every
+        self._total = _size(path) if progress is not None else 0
+        self._pending: list[tuple[StepRecord, LoopState]] = []  # digests not checked yet
         self.by_kind: dict[str, list[_Recorded]] = {}
         self.by_fp: dict[tuple[str, bytes], deque[_Recorded]] = {}
         self.answers: dict[Key, list[tuple[int, Event]]] = {}
+        self.closed: set[Key] = set()  # recorded requests whose last answer was read
+        self.effects: dict[Key, Effect] = {}  # recorded requests not used yet
+        self.used_effects: OrderedDict[Key, Effect] = OrderedDict()  # the recent used ones
         self.world: dict[int, list[tuple[int, Event]]] = {}
         self.traits: dict[str, ToolTraits] = {}
         self.transitions: list[str] = []
         self.terminal: Terminal | None = None
         self.first_mismatch: Mismatch | None = None
-        self.steps = 0
-        for rec in walk:
+        self.steps = 0  # step records read
+        self.eof = False
+        while self._walk.header is None and self.advance():
+            pass
+        header = self._walk.header
+        if header is None:  # pragma: no cover - the reader raises first
+            raise reader.error(1, "no header record")
+        self.header = header
+
+    # -- reading on demand ------------------------------------------------------------------
+
+    def advance(self) -> bool:
+        """Read and replay the next record; False at the end of the recording."""
+        if self.eof:
+            return False
+        walk = self._walk
+        for rec in self._records:
+            if isinstance(rec, EndRecord):
+                self.terminal = rec.terminal
             if not isinstance(rec, StepRecord):
-                if isinstance(rec, EndRecord):
-                    self.terminal = rec.terminal
+                if walk.header is not None and rec is walk.header:
+                    return True
                 continue
-            self.steps += 1
-            if self.first_mismatch is None:
-                self.first_mismatch = _check_step(walk, rec)
-            if rec.transition is not None:
-                self.transitions.append(rec.transition.TAG)
-            event = rec.event
-            if event is not None:
-                key = _event_key(event)
-                if key is None:
-                    self.world.setdefault(rec.i - 1, []).append((rec.i, event))
-                else:
-                    self.answers.setdefault(key, []).append((rec.i, event))
-                if isinstance(event, ModelBlockReceived) and event.tool is not None:
-                    name = getattr(event.block, "name", None)
-                    if isinstance(name, str):
-                        self.traits.setdefault(name, event.tool)
-            for e in walk.effects:  # the effects step() computes, with real conversations
-                key = _effect_key(e)
-                if key is None:
-                    continue
-                kind = e.TAG
-                lst = self.by_kind.setdefault(kind, [])
-                r = _Recorded(
-                    kind=kind,
-                    ordinal=len(lst) + 1,
-                    key=key,
-                    fingerprint=fingerprint(e),
-                    brief=describe_request(e),
-                    step=rec.i,
-                    max_tokens=e.max_tokens if isinstance(e, CallModel) else None,
-                )
-                lst.append(r)
-                self.by_fp.setdefault((kind, r.fingerprint), deque()).append(r)
-        assert walk.header is not None
-        self.header = walk.header
-        self.reader = reader
+            self._index(walk, rec)
+            return True
+        self.eof = True
+        if self.first_mismatch is None:
+            self.first_mismatch = _settle(walk, self._pending)
+        self._show()
+        return False
+
+    def _index(self, walk: _Walk, rec: StepRecord) -> None:
+        self.steps += 1
+        if self._progress is not None and self.steps % self._every == 0:
+            self._show()
+        if self.first_mismatch is None:
+            self.first_mismatch = self._check(walk, rec, self._pending)
+        if walk.transitions:
+            self.transitions.extend([t.TAG for t in walk.transitions])
+        event = rec.event
+        if event is not None:
+            key = answers(event)
+            if key is None:
+                self.world.setdefault(rec.i - 1, []).append((rec.i, event))
+            else:
+                self.answers.setdefault(key, []).append((rec.i, event))
+                if closes(event):
+                    self.closed.add(key)
+            if isinstance(event, ModelBlockReceived) and event.tool is not None:
+                name = getattr(event.block, "name", None)
+                if isinstance(name, str):
+                    self.traits.setdefault(name, event.tool)
+        for e in walk.effects:  # the effects step() computes, with real conversations
+            key = opens(e)
+            if key is None:
+                continue
+            kind = key[0]
+            lst = self.by_kind.setdefault(kind, [])
+            r = _Recorded(
+                kind,
+                len(lst) + 1,
+                key,
+                self._fingerprints(e),
+                rec.i,
+                e.max_tokens if isinstance(e, CallModel) else None,
+            )
+            lst.append(r)
+            self.by_fp.setdefault((kind, r.fingerprint), deque()).append(r)
+            self.effects[key] = e
+
+    def _show(self) -> None:
+        if self._progress is not None:
+            done = self.reader.valid_bytes
+            self._progress(ReplayProgress("reading", done, self._total, self.steps))
+
+    def finish(self) -> None:
+        """Read the rest of the recording (its totals, its first mismatch)."""
+        while self.advance():
+            pass
+
+    def ordinal(self, kind: str, ordinal: int) -> _Recorded | None:
+        """The recording's request of ``kind`` with this ordinal (None: it has fewer)."""
+        recs = self.by_kind.get(kind)
+        while (recs is None or len(recs) < ordinal) and self.advance():
+            recs = self.by_kind.get(kind)
+        return recs[ordinal - 1] if recs is not None and len(recs) >= ordinal else None
+
+    def answered(self, key: Key) -> list[tuple[int, Event]]:
+        """The recorded answers of a recorded request (read until its last one, or the end)."""
+        while key not in self.closed and self.advance():
+            pass
+        return self.answers.get(key, [])
+
+    def follows(self, idx: int) -> Sequence[tuple[int, Event]]:
+        """The events the world sent unasked right after recorded step ``idx``."""
+        while self.steps <= idx + 1 and self.advance():
+            pass
+        return self.world.pop(idx, ())
+
+    def use(self, r: _Recorded) -> list[tuple[int, Event]]:
+        """Take a recorded request's answers; its memory is let go (the effect is kept among
+        the most recently used, for a divergence report)."""
+        got = self.answered(r.key)
+        self.answers.pop(r.key, None)
+        self.closed.discard(r.key)
+        e = self.effects.pop(r.key, None)
+        if e is not None:
+            used = self.used_effects
+            used[r.key] = e
+            if len(used) > _RECENT:
+                used.popitem(last=False)
+        return got
+
+    def brief(self, r: _Recorded) -> str:
+        e = self.effects.get(r.key) or self.used_effects.get(r.key)
+        return describe_request(e) if e is not None else f"{r.kind} (recorded at step {r.step})"
+
+    @staticmethod
+    def _check(
+        walk: _Walk, rec: StepRecord, pending: list[tuple[StepRecord, LoopState]]
+    ) -> Mismatch | None:
+        """The first step where the recording does not replay exactly: effects checked at
+        every step, state digests at checkpoints (the steps since the last one are kept, and
+        checked one by one when a checkpoint differs), as ``replay_exact(verify="checkpoint")``
+        does."""
+        state = walk.state
+        assert state is not None
+        found = _effects_mismatch(walk, rec, state, walk.fields)
+        if found is not None:
+            return _settle(walk, pending) or found
+        pending.append((rec, state))
+        if len(pending) >= _CHECK_EVERY:
+            return _settle(walk, pending)
+        return None
 
     def traits_for(self, name: str, _input: dict[str, Any]) -> ToolTraits:
+        if name not in self.traits:
+            self.finish()
         return self.traits.get(name, ToolTraits())
 
     def compatible(self, new: Effect, rec: _Recorded) -> bool:
         """max_tokens only matters when the recorded answer was (or would now be) cut off."""
         if not isinstance(new, CallModel) or rec.max_tokens == new.max_tokens:
             return True
-        for _, ev in self.answers.get(rec.key, ()):
+        for _, ev in self.answered(rec.key):
             if isinstance(ev, ModelResponseEnded):
                 return ev.stop_reason != "max_tokens" and ev.usage.output_tokens <= new.max_tokens
         return True  # a failed or unanswered call does not depend on max_tokens
+
+
+def _settle(walk: _Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch | None:
+    """Check the pending digests: the last one, and if it differs each in order."""
+    steps = pending[:]
+    pending.clear()
+    if not steps or _digest_mismatch(walk, *steps[-1], walk.fields) is None:
+        return None
+    for rec, state in steps:
+        found = _digest_mismatch(walk, rec, state, walk.fields)
+        if found is not None:
+            return found
+    return None  # pragma: no cover - the last one differs
+
+
+def _size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 @attrs.frozen(kw_only=True)
@@ -386,61 +538,232 @@ def _policy_model(policy: str, script: Any, model: Any, index: _Index) -> Any:
     raise ReplayError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
 
 
-async def replay_counterfactual_async(
-    path: str | os.PathLike[str],
-    overrides: Mapping[str, Any] | None = None,
-    policy: Policy = "stop",
-    script: Any = None,
-    *,
-    base: LoopConfig | None = None,
-    model: Any = None,
-    max_steps: int = 1_000_000,
-) -> CounterfactualReport:
-    """The async form of :func:`replay_counterfactual` (a live or scripted model is awaited)."""
-    index = _Index(path)
-    header = index.header
-    try:
-        cfg = (base or header.config).with_overrides(dict(overrides or {}))
-    except ConfigError:
-        raise
-    policy_model = _policy_model(policy, script, model, index)
+class _Diverged(Exception):
+    """The new run asked for what neither the recording nor the policy answers."""
 
-    state, fx = start(header.request, cfg, header.session)
-    steps = 1
-    transitions: list[str] = []
-    last_transition = state.transition
-    matched: Counter[str] = Counter()
-    by_policy: Counter[str] = Counter()
-    ordinals: Counter[str] = Counter()
-    used: set[Key] = set()
-    out_of_order = 0
-    heap: list[tuple[float, int, Event, Key | None, int | None]] = []
-    cancelled: set[Key] = set()
-    seq = 0
-    clock = 0.0  # the recorded index of the last delivered event
+    def __init__(self, divergence: Divergence) -> None:
+        self.divergence = divergence
 
-    def push(order: float, event: Event, key: Key | None, rec_idx: int | None) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (order, seq, event, key, rec_idx))
 
-    for idx, ev in index.world.get(0, ()):
-        push(idx, ev, None, idx)
+class _RecordedWorld:
+    """The recording as a world for the new run (an :class:`reducer.drive.AsyncWorld`).
+
+    ``perform`` matches each request the new run opens to a recorded one (same kind, same
+    per-kind ordinal and fingerprint; else the earliest unused one with the fingerprint) and
+    queues its recorded answers, re-addressed, at their recorded places; events the world sent
+    unasked follow the event they followed. A cancel drops the undelivered answers of what it
+    withdraws. What nothing recorded answers goes to the policy: a wait elapses and a summary is
+    none at once, a model call or a compaction is owed to the policy's model (awaited in
+    ``next_event``), anything else diverges.
+    """
+
+    def __init__(
+        self,
+        index: _Index,
+        fingerprints: Fingerprints,
+        policy: str,
+        policy_model: Any,
+        max_steps: int,
+        progress: Callable[[ReplayProgress], None] | None,
+        every: int,
+    ) -> None:
+        self.index = index
+        self.fingerprints = fingerprints
+        self.policy = policy
+        self.policy_model = policy_model
+        self.max_steps = max_steps
+        self.progress = progress
+        self.every = every
+        self.state: LoopState | None = None
+        self.steps = 0
+        self.transitions: list[str] = []
+        self.matched: Counter[str] = Counter()
+        self.by_policy: Counter[str] = Counter()
+        self.ordinals: Counter[str] = Counter()
+        self.used: set[Key] = set()
+        self.out_of_order = 0
+        self.heap: list[tuple[float, int, Event, Key | None, int | None]] = []
+        self.cancelled: set[Key] = set()
+        self.owed: list[tuple[Effect, Key]] = []
+        self.exclusive: dict[str, Key] = {}
+        self.seq = 0
+        self.clock = 0.0  # the recorded index of the last delivered event
+        self.last: tuple[Event, int | None] | None = None
+        for idx, ev in index.follows(0):
+            self.push(idx, ev, None, idx)
+
+    def push(self, order: float, event: Event, key: Key | None, rec_idx: int | None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (order, self.seq, event, key, rec_idx))
+
+    # -- the loop's observer ----------------------------------------------------------------
+
+    def observe(
+        self,
+        event: Event | None,
+        state: LoopState,
+        effects: tuple[Effect, ...],
+        transitions: tuple[Transition, ...],
+    ) -> None:
+        self.state = state
+        self.steps += 1
+        if transitions:
+            self.transitions.extend(t.TAG for t in transitions)
+        if self.progress is not None and self.steps % self.every == 0:
+            done = self.index.reader.valid_bytes
+            self.progress(ReplayProgress("running", done, self.index._total, self.steps))
+
+    # -- the world --------------------------------------------------------------------------
+
+    def diverge(self, e: Effect, kind: str, ordinal: int, reason: str) -> _Diverged:
+        self.index.finish()  # the report's totals, and what the recording had there
+        recorded = self.index.ordinal(kind, ordinal)
+        had = self.index.brief(recorded) if recorded is not None else None
+        return _Diverged(
+            Divergence(
+                step=self.steps - 1,
+                kind=kind,
+                ordinal=ordinal,
+                effect=describe_request(e),
+                recorded=had,
+                reason=reason,
+            )
+        )
+
+    def match(self, e: Effect, kind: str, ordinal: int) -> _Recorded | None:
+        fp = self.fingerprints(e)
+        index = self.index
+        r = index.ordinal(kind, ordinal)
+        if r is not None and r.key not in self.used and r.fingerprint == fp:
+            if index.compatible(e, r):
+                return r
+        for whole in (False, True):  # what was read (the earliest), then the whole recording
+            if whole:
+                if index.eof:
+                    break
+                index.finish()
+            for r in index.by_fp.get((kind, fp), ()):
+                if r.key not in self.used and index.compatible(e, r):
+                    self.out_of_order += 1
+                    return r
+        return None
+
+    def perform(self, effect: Effect, state: LoopState) -> None:
+        gone = withdraws(effect)
+        if gone:
+            self.cancelled.update(gone)
+        key = opens(effect)
+        if key is None:
+            return
+        kind = key[0]
+        if kind_of(key).exclusive:  # the new one supersedes the outstanding one
+            before = self.exclusive.get(kind)
+            if before is not None:
+                self.cancelled.add(before)
+            self.exclusive[kind] = key
+        self.ordinals[kind] += 1
+        ordinal = self.ordinals[kind]
+        r = self.match(effect, kind, ordinal)
+        if r is not None:
+            self.used.add(r.key)
+            self.matched[kind] += 1
+            for idx, ev in self.index.use(r):
+                self.push(idx, readdress(ev, effect), key, idx)
+            return
+        if self.policy_model is None:
+            raise self.diverge(effect, kind, ordinal, "no recorded effect matches it")
+        if isinstance(effect, Wait):
+            self.answered(kind, key, [WaitElapsed(wait_id=effect.wait_id)])
+        elif isinstance(effect, SummarizeToolUse):
+            self.answered(
+                kind, key, [ToolUseSummaryReady(summary_id=effect.summary_id, summary=None)]
+            )
+        elif isinstance(effect, (CallModel, Compact)):
+            self.owed.append((effect, key))
+        else:
+            raise self.diverge(
+                effect,
+                kind,
+                ordinal,
+                f"no recorded effect matches it, and policy {self.policy!r} answers model calls, "
+                "compactions, waits and summaries only",
+            )
+
+    def answered(self, kind: str, key: Key, events: Sequence[Event]) -> None:
+        self.by_policy[kind] += 1
+        for ev in events:
+            self.push(self.clock + 0.5, ev, key, None)
+
+    async def settle(self) -> None:
+        """Ask the policy's model for what is owed, in order."""
+        owed, self.owed = self.owed, []
+        for effect, key in owed:
+            if key in self.cancelled:
+                continue
+            try:
+                events = await self.ask(effect)
+            except SteploopError as err:
+                ordinal = self.ordinals[key[0]]
+                raise self.diverge(
+                    effect, key[0], ordinal, f"the {self.policy} model failed: {err}"
+                ) from None
+            self.answered(key[0], key, events)
+
+    async def ask(self, e: Effect) -> list[Event]:
+        if isinstance(e, CallModel):
+            events: list[Event] = []
+            stream = self.policy_model.stream(e)
+            try:
+                async for ev in stream:
+                    events.append(ev)
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            return events
+        assert isinstance(e, Compact)
+        from effects.compaction import ModelCompactor
+
+        return [await ModelCompactor(self.policy_model).compact(e)]
+
+    async def next_event(self, state: LoopState) -> Event | None:
+        if self.owed:
+            await self.settle()
+        heap, cancelled = self.heap, self.cancelled
+        while heap and heap[0][3] is not None and heap[0][3] in cancelled:
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        if self.steps >= self.max_steps:
+            raise ReplayError(f"the counterfactual run passed {self.max_steps} steps; stopped")
+        order, _, event, _, rec_idx = heapq.heappop(heap)
+        self.clock = max(self.clock, order)
+        self.last = (event, rec_idx)
+        if rec_idx is not None:
+            for idx, ev in self.index.follows(rec_idx):
+                self.push(idx, ev, None, idx)
+        return event
+
+    # -- the report -------------------------------------------------------------------------
 
     def report(
+        self,
         status: Literal["finished", "diverged", "stalled"],
         divergence: Divergence | None = None,
         terminal: Terminal | None = None,
     ) -> CounterfactualReport:
+        index, state = self.index, self.state
+        assert state is not None
+        index.finish()
         return CounterfactualReport(
             path=index.reader.name,
             status=status,
             terminal=terminal,
-            steps=steps,
-            transitions=tuple(transitions),
-            matched=dict(matched),
-            out_of_order=out_of_order,
-            by_policy=dict(by_policy),
+            steps=self.steps,
+            transitions=tuple(self.transitions),
+            matched=dict(self.matched),
+            out_of_order=self.out_of_order,
+            by_policy=dict(self.by_policy),
             divergence=divergence,
             stalled_phase=state.phase if status == "stalled" else None,
             recorded_terminal=index.terminal,
@@ -450,126 +773,55 @@ async def replay_counterfactual_async(
             state=state,
         )
 
-    def diverge(e: Effect, kind: str, ordinal: int, reason: str) -> CounterfactualReport:
-        recs = index.by_kind.get(kind, [])
-        had = recs[ordinal - 1].brief if ordinal <= len(recs) else None
-        return report(
+    def rejected(self, err: IllegalEvent) -> CounterfactualReport:
+        assert self.last is not None
+        event, rec_idx = self.last
+        return self.report(
             "diverged",
             Divergence(
-                step=steps - 1,
-                kind=kind,
-                ordinal=ordinal,
-                effect=describe_request(e),
-                recorded=had,
-                reason=reason,
+                step=self.steps,
+                kind=type(event).__name__,
+                ordinal=0,
+                effect=describe_effect(event, 160),
+                recorded=f"step {rec_idx}" if rec_idx is not None else None,
+                reason=f"the new run rejects this answer: {err}",
             ),
         )
 
-    def match(e: Effect, kind: str, ordinal: int) -> _Recorded | None:
-        nonlocal out_of_order
-        fp = fingerprint(e)
-        recs = index.by_kind.get(kind, [])
-        if ordinal <= len(recs):
-            r = recs[ordinal - 1]
-            if r.key not in used and r.fingerprint == fp and index.compatible(e, r):
-                return r
-        for r in index.by_fp.get((kind, fp), ()):
-            if r.key not in used and index.compatible(e, r):
-                out_of_order += 1
-                return r
-        return None
 
-    async def answer_by_policy(e: Effect) -> list[Event] | None:
-        if isinstance(e, Wait):
-            return [WaitElapsed(wait_id=e.wait_id)]
-        if isinstance(e, SummarizeToolUse):
-            return [ToolUseSummaryReady(summary_id=e.summary_id, summary=None)]
-        if isinstance(e, CallModel):
-            events: list[Event] = []
-            stream = policy_model.stream(e)
-            try:
-                async for ev in stream:
-                    events.append(ev)
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            return events
-        if isinstance(e, Compact):
-            from effects.compaction import ModelCompactor
-
-            return [await ModelCompactor(policy_model).compact(e)]
-        return None
-
-    while True:
-        finished: Terminal | None = None
-        for e in fx:
-            if isinstance(e, Finish):
-                finished = e.terminal
-                break
-            for k in _cancelled_keys(e):
-                cancelled.add(k)
-            new_key = _effect_key(e)
-            if new_key is None:
-                continue
-            kind = e.TAG
-            ordinals[kind] += 1
-            r = match(e, kind, ordinals[kind])
-            if r is not None:
-                used.add(r.key)
-                matched[kind] += 1
-                for idx, ev in index.answers.get(r.key, ()):
-                    push(idx, _retarget(ev, e), new_key, idx)
-                continue
-            if policy_model is None:
-                return diverge(e, kind, ordinals[kind], "no recorded effect matches it")
-            try:
-                answers = await answer_by_policy(e)
-            except SteploopError as err:
-                return diverge(e, kind, ordinals[kind], f"the {policy} model failed: {err}")
-            if answers is None:
-                return diverge(
-                    e,
-                    kind,
-                    ordinals[kind],
-                    f"no recorded effect matches it, and policy {policy!r} answers model calls, "
-                    "compactions, waits and summaries only",
-                )
-            by_policy[kind] += 1
-            for ev in answers:
-                push(clock + 0.5, ev, new_key, None)
-        if finished is not None:
-            return report("finished", terminal=finished)
-        while heap and heap[0][3] is not None and heap[0][3] in cancelled:
-            heapq.heappop(heap)
-        if not heap:
-            return report("stalled")
-        if steps >= max_steps:
-            raise ReplayError(f"the counterfactual run passed {max_steps} steps; stopped")
-        order, _, event, _, rec_idx = heapq.heappop(heap)
-        clock = max(clock, order)
-        try:
-            state, fx = step(state, event, cfg)
-        except IllegalEvent as err:
-            kind = type(event).__name__
-            return report(
-                "diverged",
-                Divergence(
-                    step=steps,
-                    kind=kind,
-                    ordinal=0,
-                    effect=describe_effect(event, 160),
-                    recorded=f"step {rec_idx}" if rec_idx is not None else None,
-                    reason=f"the new run rejects this answer: {err}",
-                ),
-            )
-        steps += 1
-        if state.transition is not None and state.transition is not last_transition:
-            transitions.append(state.transition.TAG)
-        last_transition = state.transition
-        if rec_idx is not None:
-            for idx, ev in index.world.get(rec_idx, ()):
-                push(idx, ev, None, idx)
+async def replay_counterfactual_async(
+    path: str | os.PathLike[str],
+    overrides: Mapping[str, Any] | None = None,
+    policy: Policy = "stop",
+    script: Any = None,
+    *,
+    base: LoopConfig | None = None,
+    model: Any = None,
+    max_steps: int = 1_000_000,
+    progress: Callable[[ReplayProgress], None] | None = None,
+    progress_every: int = 256,
+) -> CounterfactualReport:
+    """The async form of :func:`replay_counterfactual` (a live or scripted model is awaited)."""
+    fingerprints = Fingerprints()
+    index = _Index(path, fingerprints, progress, progress_every)
+    header = index.header
+    try:
+        cfg = (base or header.config).with_overrides(dict(overrides or {}))
+    except ConfigError:
+        raise
+    policy_model = _policy_model(policy, script, model, index)
+    world = _RecordedWorld(
+        index, fingerprints, policy, policy_model, max_steps, progress, progress_every
+    )
+    try:
+        out = await drive_async(world, header.request, cfg, header.session, observer=world.observe)
+    except _Diverged as d:
+        return world.report("diverged", d.divergence)
+    except IllegalEvent as err:
+        return world.rejected(err)
+    if out.status == "finished":
+        return world.report("finished", terminal=out.terminal)
+    return world.report("stalled")
 
 
 def replay_counterfactual(
@@ -581,6 +833,8 @@ def replay_counterfactual(
     base: LoopConfig | None = None,
     model: Any = None,
     max_steps: int = 1_000_000,
+    progress: Callable[[ReplayProgress], None] | None = None,
+    progress_every: int = 256,
 ) -> CounterfactualReport:
     """Re-run the recorded turn under another config, answering from the recording.
 
@@ -599,6 +853,10 @@ def replay_counterfactual(
         script: for "scripted": a ScriptedModel, a list of entries or their JSON form.
         base: the config to override instead of the recorded one (another profile).
         model: for "live": a model client.
+        max_steps: stop (``ReplayError``) past this many steps of the new run.
+        progress: called every ``progress_every`` steps with a :class:`ReplayProgress`: while
+            the recording is read (bytes of the file) and while the new run runs (its steps
+            against the recording's).
 
     Returns:
         A :class:`CounterfactualReport` (finished, diverged or stalled).
@@ -611,7 +869,15 @@ def replay_counterfactual(
 
     async def main() -> CounterfactualReport:
         return await replay_counterfactual_async(
-            path, overrides, policy, script, base=base, model=model, max_steps=max_steps
+            path,
+            overrides,
+            policy,
+            script,
+            base=base,
+            model=model,
+            max_steps=max_steps,
+            progress=progress,
+            progress_every=progress_every,
         )
 
     return anyio.run(main)

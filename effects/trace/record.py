@@ -30,24 +30,21 @@ from effects.trace.provenance import (
     make_provenance,
     redaction_marker,
 )
-from reducer import LoopConfig, LoopState, Request, Session, start, step
+from reducer import LoopConfig, LoopState, Request, Session
 from reducer.canonical import canonical_bytes, digest_bytes
 from reducer.conversation import Conversation
 from reducer.digest import STATE_FIELDS, StateDigester, field_digests
+from reducer.drive import drive
 from reducer.effects import (
-    AskPermission,
-    CallModel,
-    Compact,
     Effect,
     Finish,
-    RunStopHooks,
-    StartTool,
-    SummarizeToolUse,
-    Wait,
 )
 from reducer.events import Event
+from reducer.machine import advance, begin
 from reducer.messages import Message
+from reducer.protocol import opens
 from reducer.serialize import unstructure
+from reducer.transitions import Transition
 
 if TYPE_CHECKING:
     from effects.run import Run
@@ -276,7 +273,25 @@ class TraceRecorder:
         return run
 
     def __call__(self, event: Event | None, state: LoopState, effects: Sequence[Effect]) -> None:
-        """Record one step (the observer protocol of ``effects.run``)."""
+        """Record one step when the caller cannot say which transitions it passed through (a
+        three-argument ``observer=``): the state's transition is recorded when it is a new one.
+        Every driver of steploop (:func:`effects.run.run`, :func:`reducer.drive.drive`, the
+        replays) calls :meth:`observe` with the transitions instead."""
+        prev = self._prev
+        new = state.transition
+        fresh = new is not None and (prev is None or new is not prev.transition)
+        self.observe(event, state, effects, (new,) if fresh and new is not None else ())
+
+    def observe(
+        self,
+        event: Event | None,
+        state: LoopState,
+        effects: Sequence[Effect],
+        transitions: Sequence[Transition],
+    ) -> None:
+        """Record one step: the event (None for start()), the new state, its effects and the
+        transitions it passed through (the observer protocol of :mod:`reducer.drive` and
+        ``effects.run``)."""
         if not self._has_header:
             raise RuntimeError("TraceRecorder.header(config, session, request) comes first")
         if self._ended:
@@ -285,7 +300,7 @@ class TraceRecorder:
             raise ValueError("step 0 is start() (event None); every later step has an event")
         if not self._shadowing:
             self._bindings.mark()
-            lines = self._lines(event, state, effects)
+            lines = self._lines(event, state, effects, transitions)
             if not self._leaks(lines):  # the common case: the run's own step is written
                 self._write(lines)
                 self._after(state)
@@ -296,16 +311,16 @@ class TraceRecorder:
         if self._shadow_ok:
             written = self._shadow_step(event, effects)
             if written is not None:
-                w_event, state, effects = written
-                self._write(self._lines(w_event, state, effects))
+                w_event, state, effects, transitions = written
+                self._write(self._lines(w_event, state, effects, transitions))
                 self._after(state)
                 return
-        self._write(self._lines(event, state, effects))  # the text-level safety net redacts
+        self._write(self._lines(event, state, effects, transitions))  # the text-level net
         self._after(state)
 
     def _shadow_step(
         self, event: Event | None, effects: Sequence[Effect]
-    ) -> tuple[Event | None, LoopState, tuple[Effect, ...]] | None:
+    ) -> tuple[Event | None, LoopState, tuple[Effect, ...], tuple[Transition, ...]] | None:
         """Step the redacted run on the redacted event; None (and no more shadowing) when its
         effects are not the run's, kind for kind."""
         if self._config is None or self._request is None:  # a resumed file, turn unknown
@@ -314,10 +329,10 @@ class TraceRecorder:
             return None
         w_event = self._redact(event)
         if w_event is None:
-            state, fx = start(self._request, self._config, self._session)
+            state, fx, passed = begin(self._request, self._config, self._session)
         else:
             assert self._shadow is not None
-            state, fx = step(self._shadow, w_event, self._config)
+            state, fx, passed = advance(self._shadow, w_event, self._config)
         if len(fx) != len(effects) or any(
             type(a) is not type(b) for a, b in zip(fx, effects, strict=True)
         ):
@@ -325,7 +340,7 @@ class TraceRecorder:
             self.diverged_at = self._next
             return None
         self._shadow = state
-        return w_event, state, fx
+        return w_event, state, fx, passed
 
     def _after(self, state: LoopState) -> None:
         self._fields.update(self._new_fields)
@@ -359,7 +374,13 @@ class TraceRecorder:
                 text = text.replace(secret, marker)
         return text
 
-    def _lines(self, event: Event | None, state: LoopState, effects: Sequence[Effect]) -> list[str]:
+    def _lines(
+        self,
+        event: Event | None,
+        state: LoopState,
+        effects: Sequence[Effect],
+        transitions: Sequence[Transition],
+    ) -> list[str]:
         """The lines of one step: new message records, the step record, the end record."""
         lines: list[str] = []
         ref = self._ref(lines)
@@ -372,11 +393,8 @@ class TraceRecorder:
             "phase": state.phase,
             "turn_count": state.turn_count,
         }
-        prev = self._prev
-        if state.transition is not None and (
-            prev is None or state.transition is not prev.transition
-        ):
-            rec["transition"] = unstructure(state.transition)
+        if transitions:  # format version 1 holds the last one (the state's new transition)
+            rec["transition"] = unstructure(transitions[-1])
         rec["fields"] = self._changed_fields(state)
         lines.append(_dumps(rec))
         self._ended_now = False
@@ -485,7 +503,8 @@ def record_sequence(
     *,
     provenance: Mapping[str, Any] | None = None,
 ) -> tuple[LoopState, tuple[Effect, ...]]:
-    """Record ``start()`` and then ``step()`` for each event, without the interpreter.
+    """Record ``start()`` and then ``step()`` for each of ``events``, as they are, without a
+    world (the golden scenarios are written so, late answers included).
 
     Returns:
         The last state and effects. An event ``step()`` rejects raises ``IllegalEvent``; the
@@ -494,18 +513,30 @@ def record_sequence(
     with TraceRecorder(
         path, config=config, session=session, request=request, provenance=provenance
     ) as rec:
-        state, fx = start(request, config, session)
-        rec(None, state, fx)
+        state, fx, passed = begin(request, config, session)
+        rec.observe(None, state, fx, passed)
         for event in events:
-            state, fx = step(state, event, config)
-            rec(event, state, fx)
+            state, fx, passed = advance(state, event, config)
+            rec.observe(event, state, fx, passed)
     return state, fx
 
 
 Answer: TypeAlias = Callable[[Effect, LoopState], Iterable[Event]]
 """Answers one effect that waits for the world, given the state that asked for it."""
 
-_ANSWERED = (CallModel, AskPermission, StartTool, Wait, Compact, RunStopHooks, SummarizeToolUse)
+
+class _Answering:
+    """A world made of an :data:`Answer`: every effect that opens a request is answered at
+    once; nothing comes unasked."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+    def perform(self, effect: Effect, state: LoopState) -> Iterable[Event] | None:
+        return self.answer(effect, state) if opens(effect) is not None else None
+
+    def next_event(self, state: LoopState) -> Event | None:
+        return None
 
 
 def record_driver(
@@ -518,30 +549,22 @@ def record_driver(
     max_events: int | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> LoopState:
-    """Drive the machine synchronously and record it: effects are handled first in, first out;
+    """Drive the machine synchronously with :func:`reducer.drive.drive` and record it:
     ``answer`` is asked for every effect that waits for the world (model calls, permissions,
-    tools, waits, compactions, stop hooks, summaries) and its events are fed in order.
+    tools, waits, compactions, stop hooks, summaries), and its events are queued and stepped in
+    order (W-DRIVE-1).
 
     Stops at ``Finish`` or after ``max_events`` events (the trace then has no end record).
     """
     with TraceRecorder(
         path, config=config, session=session, request=request, provenance=provenance
     ) as rec:
-        state, fx = start(request, config, session)
-        rec(None, state, fx)
-        queue: deque[Effect] = deque(fx)
-        fed = 0
-        while queue:
-            effect = queue.popleft()
-            if isinstance(effect, Finish):
-                break
-            if not isinstance(effect, _ANSWERED):
-                continue
-            for event in answer(effect, state):
-                if max_events is not None and fed >= max_events:
-                    return state
-                state, fx = step(state, event, config)
-                rec(event, state, fx)
-                fed += 1
-                queue.extend(fx)
-    return state
+        out = drive(
+            _Answering(answer),
+            request,
+            config,
+            session,
+            observer=rec.observe,
+            max_events=max_events,
+        )
+    return out.state

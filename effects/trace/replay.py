@@ -22,11 +22,14 @@ from effects.trace.format import (
     describe_effect,
 )
 from effects.trace.read import TraceReader
-from reducer import IllegalEvent, LoopState, start, step
+from reducer import IllegalEvent, LoopState
 from reducer.canonical import state_digest, to_data
 from reducer.digest import STATE_FIELDS, StateDigester, field_digests
+from reducer.drive import Loop
 from reducer.effects import Effect, Finish
-from reducer.transitions import Terminal
+from reducer.events import Event
+from reducer.machine import advance
+from reducer.transitions import Terminal, Transition
 
 
 @attrs.frozen(kw_only=True)
@@ -99,33 +102,53 @@ def _differing_fields(state: LoopState, recorded: Mapping[str, str]) -> tuple[st
     return tuple(out)
 
 
+def _recorded(effect: Effect, state: LoopState) -> None:
+    """The world of an exact replay performs nothing: the recording answers, in its order."""
+
+
 class _Walk:
-    """Replays a reader's steps through start()/step(), exposing each result."""
+    """A recording pushed into the driver loop (:class:`reducer.drive.Loop`, W-DRIVE-4): the
+    recorded events, fed one by one, are the world's answers, whatever the effects ask for.
+    Exposes the state, the effects and the transitions after each step record."""
 
     def __init__(self, reader: TraceReader) -> None:
         self.reader = reader
         self.header: TraceHeader | None = None
         self.state: LoopState | None = None
         self.effects: tuple[Effect, ...] = ()
+        self.transitions: tuple[Transition, ...] = ()
         self.fields: dict[str, str] = {}
         self.steps = 0
         self.effect_count = 0
         self.resumes = 0
         self.digest: Callable[[LoopState], str] = StateDigester()
+        self._loop: Loop | None = None
+
+    def _seen(
+        self,
+        event: Event | None,
+        state: LoopState,
+        effects: tuple[Effect, ...],
+        transitions: tuple[Transition, ...],
+    ) -> None:
+        self.state, self.effects, self.transitions = state, effects, transitions
 
     def __iter__(self) -> Iterator[Record]:
         for rec in self.reader:
             if isinstance(rec, TraceHeader):
                 self.header = rec
+                self._loop = Loop(rec.config, _recorded, observe=self._seen, keep_transitions=False)
             elif isinstance(rec, StepRecord):
-                assert self.header is not None
-                cfg = self.header.config
+                header, loop = self.header, self._loop
+                assert header is not None and loop is not None
                 if rec.event is None:
-                    self.state, self.effects = start(self.header.request, cfg, self.header.session)
+                    loop.begin(header.request, header.session)
                 else:
-                    assert self.state is not None
                     try:
-                        self.state, self.effects = step(self.state, rec.event, cfg)
+                        if loop.terminal is not None:  # the loop is over: step() says why
+                            assert self.state is not None
+                            advance(self.state, rec.event, header.config)
+                        loop.feed(rec.event)
                     except IllegalEvent as e:
                         raise self.reader.error(
                             rec.line, f"step {rec.i}: step() rejects the event: {e}"
@@ -206,12 +229,33 @@ class _Pending(typing.NamedTuple):
     resumes: int
 
 
+@attrs.frozen
+class ReplayProgress:
+    """How far a replay is, for a progress display.
+
+    ``phase``: ``"reading"`` (a recording being read and replayed: ``done`` and ``total`` are
+    bytes of the file) or ``"running"`` (a counterfactual run: ``done`` is its steps, ``total``
+    the recording's, which it may pass). ``steps``: the steps replayed so far in that phase.
+    """
+
+    phase: Literal["reading", "running"]
+    done: int
+    total: int
+    steps: int
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total > 0 else 0.0
+
+
 def replay_exact(
     path: str | os.PathLike[str],
     *,
     on_step: Callable[[StepRecord], None] | None = None,
     verify: Verify = "every",
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    progress: Callable[[ReplayProgress], None] | None = None,
+    progress_every: int = 256,
 ) -> ReplayReport:
     """Feed the recorded events to ``step()`` from the recorded start; check every effect and
     every state digest. Streams the file: memory does not grow with the trace.
@@ -230,6 +274,8 @@ def replay_exact(
             ``on_step`` is then called for each step once its checkpoint passed.
         checkpoint_every: steps between checkpoints (``"checkpoint"`` only); memory grows with
             it (the states since the last checkpoint are kept).
+        progress: called every ``progress_every`` step records (and once at the end) with a
+            :class:`ReplayProgress` in bytes of the file read so far.
 
     Returns:
         A report with counts, or the first :class:`Mismatch`.
@@ -247,6 +293,19 @@ def replay_exact(
     t0 = time.perf_counter()
     mismatch: Mismatch | None = None
     terminal: Terminal | None = None
+    if progress is not None:
+        total = os.stat(path).st_size if os.path.isfile(path) else 0
+
+        user_on_step, seen = on_step, [0]
+
+        def shown(rec: StepRecord) -> None:
+            if user_on_step is not None:
+                user_on_step(rec)
+            seen[0] += 1
+            if seen[0] % progress_every == 0:
+                progress(ReplayProgress("reading", reader.valid_bytes, total, seen[0]))
+
+        on_step = shown
     lazy = verify == "checkpoint"
     pending: list[_Pending] = []
     settled_fields: dict[str, str] = {}  # the recorded field digests before the pending steps
@@ -350,6 +409,8 @@ def replay_exact(
             resumes=at.resumes,
             mismatch=mismatch,
         )
+    if progress is not None:
+        progress(ReplayProgress("reading", reader.valid_bytes, total, walk.steps))
     return ReplayReport(
         path=reader.name,
         ok=mismatch is None,

@@ -9,54 +9,26 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from effects.trace.counterfactual import Key, _cancelled_keys, _effect_key, _event_key
 from effects.trace.format import StepRecord, TraceError, TraceHeader
 from effects.trace.provenance import client_secrets, make_provenance
 from effects.trace.read import TraceReader
 from effects.trace.record import TraceRecorder
 from effects.trace.replay import _check_step, _Walk
-from reducer import LoopState, step
+from reducer import LoopState
 from reducer.effects import (
-    AskPermission,
     CallModel,
-    Compact,
     Effect,
-    RunStopHooks,
     StartTool,
-    SummarizeToolUse,
-    Wait,
 )
-from reducer.events import Event, ModelBlockReceived, ModelCallFailed, ToolFinished
-from reducer.transitions import TERMINAL_TYPES, Terminal
+from reducer.events import Event, ModelCallFailed, ToolFinished
+from reducer.machine import advance
+from reducer.protocol import Ledger, answers, awaiting, opens
+from reducer.transitions import TERMINAL_TYPES, Terminal, Transition
 
 if TYPE_CHECKING:
     from effects.run import Run
 
 INTERRUPTED_TOOL_RESULT = "the run was interrupted before this tool finished; its result is unknown"
-
-
-def _outstanding(state: LoopState, e: Effect) -> bool:
-    """Does ``state`` still wait for an answer to ``e``?"""
-    r = state.round
-    match e:
-        case CallModel(call_id=c):
-            return state.phase == "streaming" and r.call_id == c and not r.ended
-        case AskPermission(generation=g, tool_use_id=t) | StartTool(generation=g, tool_use_id=t):
-            want = "asking" if isinstance(e, AskPermission) else "running"
-            return (
-                state.phase != "done"
-                and r.generation == g
-                and any(sl.tool_use_id == t and sl.status == want for sl in r.slots)
-            )
-        case Wait(wait_id=w):
-            return state.phase == "waiting_retry" and r.pending_id == w
-        case Compact(compact_id=c):
-            return state.phase in ("compacting", "reactive_compacting") and r.pending_id == c
-        case RunStopHooks(hooks_id=h):
-            return state.phase == "stop_hooks" and r.pending_id == h
-        case SummarizeToolUse(summary_id=s):
-            return state.phase != "done" and state.summary_id == s and state.summary_text is None
-    return False
 
 
 @attrs.frozen(kw_only=True)
@@ -84,8 +56,7 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
     """
     reader = TraceReader(path, tolerate_truncated_tail=True)
     walk = _Walk(reader)
-    pending: dict[Key, Effect] = {}
-    partial: set[int] = set()
+    ledger = Ledger()  # the requests of the prefix: opened, answered, withdrawn
     last = -1
     for rec in walk:
         if not isinstance(rec, StepRecord):
@@ -98,30 +69,22 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
                 f"({mm.what} differ)",
             )
         last = rec.i
-        ev = rec.event
-        if ev is not None:
-            key = _event_key(ev)
-            if isinstance(ev, ModelBlockReceived):
-                partial.add(ev.call_id)
-            elif key is not None:
-                pending.pop(key, None)
-        for e in walk.effects:
-            for k in _cancelled_keys(e):
-                pending.pop(k, None)
-            key = _effect_key(e)
-            if key is not None:
-                pending[key] = e
+        if rec.event is not None:
+            ledger.deliver(rec.event)
+        ledger.issue(walk.effects)
     assert walk.header is not None
     state = walk.state
     finished: Terminal | None = None
     if state is not None and isinstance(state.transition, TERMINAL_TYPES):
         finished = state.transition
     reissue: tuple[Effect, ...] = ()
+    streamed: frozenset[int] = frozenset()
     if state is not None:
-        reissue = tuple(e for e in pending.values() if _outstanding(state, e))
-    streamed = frozenset(
-        e.call_id for e in reissue if isinstance(e, CallModel) and e.call_id in partial
-    )
+        owed = set(awaiting(state))  # what the last state waits for, as the prefix opened it
+        reissue = tuple(e for key, e in ledger.open.items() if key in owed)
+        streamed = frozenset(
+            e.call_id for e in reissue if isinstance(e, CallModel) and opens(e) in ledger.partial
+        )
     return ResumePoint(
         path=reader.name,
         header=walk.header,
@@ -216,23 +179,23 @@ class Resumption:
         """New requests from the synthesized steps (e.g. the non-streaming retry)."""
         state = point.state
         effects: list[Effect] = []
-        settled: list[tuple[Event, LoopState, tuple[Effect, ...]]] = []
+        settled: list[tuple[Event, LoopState, tuple[Effect, ...], tuple[Transition, ...]]] = []
         if state is not None:
             cfg = header.config
             for ev in _settling_events(point, clock_ms()):
                 # e.g. a running tool of an attempt the broken stream discarded: answered already
-                key = _event_key(ev)
-                if not any(_effect_key(e) == key and _outstanding(state, e) for e in point.reissue):
+                if answers(ev) not in awaiting(state):
                     continue
-                state, fx = step(state, ev, cfg)
-                settled.append((ev, state, fx))
+                state, fx, passed = advance(state, ev, cfg)
+                settled.append((ev, state, fx, passed))
                 effects.extend(fx)
-            self.reissued = tuple(e for e in point.reissue if _outstanding(state, e))
-            self.requested = tuple(e for e in effects if _effect_key(e) is not None)
+            owed = set(awaiting(state))
+            self.reissued = tuple(e for e in point.reissue if opens(e) in owed)
+            self.requested = tuple(e for e in effects if opens(e) is not None)
             effects = [*self.reissued, *effects]
         self.recorder._resume_record(point.last_step, self.reissued)
-        for ev, st, fx in settled:
-            self.recorder(ev, st, fx)
+        for ev, st, fx, passed in settled:
+            self.recorder.observe(ev, st, fx, passed)
             self.synthesized.append(ev)
         self.state = state
         self.effects: tuple[Effect, ...] = tuple(effects)

@@ -36,7 +36,14 @@ from reducer.events import (  # noqa: E402
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage  # noqa: E402
+from reducer.messages import (  # noqa: E402
+    OpaqueBlock,
+    SystemMessage,
+    TextBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
 
 SAFE = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
 UNSAFE = ToolTraits(concurrency_safe=False)
@@ -289,6 +296,70 @@ def token_budget_continuation() -> Script:
     return s
 
 
+# --- the rules of issue 15 that a golden trace pins (no transition of their own) -----------------
+
+
+def refusal() -> Script:
+    """R-REFUSAL-1 under the 2.1.88 profile: Claude Code's usage-policy error ends the turn."""
+    s = Script(claude_code_2_1_88(), "write something it refuses")
+    s.text("I can help with")
+    s.feed(
+        ModelResponseEnded(
+            call_id=s.call,
+            model=s.state.model,
+            stop_reason="refusal",
+            usage=Usage(input_tokens=1_000, output_tokens=5),
+            stop_details='{"type":"refusal","category":"cyber","explanation":null}',
+        )
+    )
+    return s
+
+
+def pause_turn() -> Script:
+    """S-PAUSE-1 (default): a paused web search is resumed, then answered."""
+    s = Script(default(), "when was Claude Shannon born?")
+    s.text("Let me search.")
+    s.feed(
+        ModelBlockReceived(
+            call_id=s.call, block=OpaqueBlock(block_type="server_tool_use", raw=SEARCH)
+        )
+    )
+    s.end("pause_turn")
+    s.feed(
+        ModelBlockReceived(
+            call_id=s.call, block=OpaqueBlock(block_type="web_search_tool_result", raw=FOUND)
+        )
+    )
+    s.reply("He was born on April 30, 1916.")
+    s.hooks()
+    return s
+
+
+SEARCH = (
+    '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"shannon"}}'
+)
+FOUND = (
+    '{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":'
+    '"web_search_result","url":"https://en.wikipedia.org/wiki/Claude_Shannon","title":"Claude '
+    'Shannon","encrypted_content":"Eqgf","page_age":null}]}'
+)
+
+
+def context_overflow() -> Script:
+    """R-OVERFLOW-1 (default): the 400 is retried at once with the cap that fits."""
+    s = Script(default(), "go")
+    s.fail(
+        "context_overflow",
+        status=400,
+        message="input length and `max_tokens` exceed context limit: 195000 + 8000 > 200000",
+        input_tokens=195_000,
+        context_limit=200_000,
+    )
+    s.reply("It fits in 4,000 tokens.")
+    s.hooks()
+    return s
+
+
 SCENARIOS: dict[str, Callable[[], Script]] = {
     "walkthrough": walkthrough,
     "completed": completed,
@@ -308,6 +379,9 @@ SCENARIOS: dict[str, Callable[[], Script]] = {
     "collapse_drain_retry": collapse_drain_retry,
     "stop_hook_blocking": stop_hook_blocking,
     "token_budget_continuation": token_budget_continuation,
+    "refusal": refusal,
+    "pause_turn": pause_turn,
+    "context_overflow": context_overflow,
 }
 
 _ = (claude_code_2_1_88, SMALL)

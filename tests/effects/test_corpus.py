@@ -293,7 +293,7 @@ def test_an_unreachable_scheduler_is_one_line(
 
 
 def test_the_benchmark_corpus_replays_exactly(tmp_path: Path) -> None:
-    """Item 8's synthetic corpus: every trace replays exactly (a figure over traces that fail
+    """Item 9's synthetic corpus: every trace replays exactly (a figure over traces that fail
     would measure nothing), and the report renders the item."""
     from benchmarks.corpus_throughput import build_corpus
     from benchmarks.report import _corpus, _goal_rows
@@ -312,8 +312,8 @@ def test_the_benchmark_corpus_replays_exactly(tmp_path: Path) -> None:
         "commands": {"replay": {"traces_per_s_1": s, "traces_per_s_2": s, "ratio_2_over_1": s}},
     }
     assert "| replay | 1.50 (1.40–1.60) |" in "\n".join(_corpus(item))
-    (row,) = _goal_rows({"items": {"8_corpus": item}})
-    assert row.startswith("| 8 | replay over 45 traces: 2 workers / 1 | 1.50")
+    (row,) = _goal_rows({"items": {"9_corpus": item}})
+    assert row.startswith("| 9 | replay over 45 traces: 2 workers / 1 | 1.50")
 
 
 def test_dask_reports_traces_by_the_names_given(

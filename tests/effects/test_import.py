@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "cc-transcripts"
 
 #: file -> (user turns, turns reproduced exactly: a lower bound). Measured on the shipped files
-#: under claude_code_2_1_88(); the two turns of short.jsonl and 258c7280 that do not reproduce
-#: diverge on the interrupted tool's result text (cause interrupt-result-text).
+#: under claude_code_2_1_88(): every turn reproduces (the two interrupted turns, of short.jsonl
+#: and 258c7280, since the 2.1.88 profile writes Claude Code's rejection text, R-TEXTS-1).
 FLOOR: dict[str, tuple[int, int]] = {
     "ccviewer/1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl": (1, 1),
     "ccviewer/5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl": (3, 3),
@@ -57,13 +57,13 @@ FLOOR: dict[str, tuple[int, int]] = {
     "fasthooks/sample_agent_sidechain.jsonl": (1, 1),
     "fasthooks/sample_hook_logs.jsonl": (0, 0),
     "fasthooks/sample_main_transcript.jsonl": (5, 5),
-    "spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl": (4, 3),
+    "spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl": (4, 4),
     "spotter/258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-a881341.jsonl": (1, 1),
     "spotter/258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-acompact-fffbd0.jsonl": (1, 1),
     "spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl": (3, 3),
     "spotter/4d5611e5-241a-462a-8d15-5122611a9569/subagents/agent-a2898e3.jsonl": (1, 1),
     "spotter/4d5611e5-241a-462a-8d15-5122611a9569/subagents/agent-acompact-e1f845.jsonl": (1, 1),
-    "spotter/short.jsonl": (1, 0),
+    "spotter/short.jsonl": (1, 1),
     "spotter/subagent.jsonl": (2, 2),
     "spotter/tool_heavy.jsonl": (2, 2),
 }
@@ -104,15 +104,13 @@ def test_every_shipped_transcript_imports(name: str) -> None:
 
 @pytest.mark.spec("IMP-19")
 def test_over_every_shipped_file() -> None:
-    """35 user turns in 16 transcripts; every turn ends; 33 reproduce; the two that do not
-    diverge where the machine writes "Interrupted by user" for the tool an interrupt stopped."""
+    """35 user turns in 16 transcripts; every turn ends and reproduces exactly."""
     reps = [imported(n) for n in FLOOR]
     turns = [t for r in reps for t in r.turns]
     assert sum(1 for r in reps if r.transcript) == 16
     assert len(turns) == 35
-    assert sum(t.reproduced for t in turns) >= 33
-    causes = {t.divergence.cause for t in turns if t.divergence is not None}
-    assert causes <= {"interrupt-result-text"}
+    assert sum(t.reproduced for t in turns) == 35
+    assert [t.divergence for t in turns if t.divergence is not None] == []
 
 
 @pytest.mark.spec("IMP-1")
@@ -185,12 +183,12 @@ def test_the_long_turn_compacts_where_claude_code_did() -> None:
 @pytest.mark.spec("IMP-21")
 def test_an_interrupted_tool_is_an_interrupt() -> None:
     """short.jsonl: both results carry the rejection text and the marker follows: the user
-    interrupted; the machine writes both results and the marker, and only the text differs."""
+    interrupted; the machine writes both results (Claude Code's rejection text under the 2.1.88
+    profile, R-TEXTS-1) and the marker, and the turn reproduces."""
     rep = imported("spotter/short.jsonl")
     t = rep.turns[0]
     assert t.terminal == "aborted_tools" and t.inferred["IMP-21"] == 1
-    assert t.divergence is not None and t.divergence.cause == "interrupt-result-text"
-    assert t.divergence.line == 11 and "Interrupted by user" in t.divergence.got
+    assert t.divergence is None and t.reproduced
 
 
 @pytest.mark.spec("IMP-12")

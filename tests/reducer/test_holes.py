@@ -32,6 +32,7 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
+from reducer.texts import INTERRUPTED_TOOL_RESULT  # the executor is on: I-2
 from reducer.transitions import (
     BlockingLimit,
     CollapseDrainRetry,
@@ -452,9 +453,9 @@ def test_an_interrupt_cancels_only_calls_that_started(ended: bool) -> None:
         CancelTools(generation=d.generation, tool_use_ids=("t1",), reason="user_interrupted")
     ]
     assert results_in(emitted(fx)) == [
-        ("t1", "Interrupted by user"),
-        ("u1", "Interrupted by user"),
-        ("u2", "Interrupted by user"),
+        ("t1", INTERRUPTED_TOOL_RESULT),
+        ("u1", INTERRUPTED_TOOL_RESULT),
+        ("u2", INTERRUPTED_TOOL_RESULT),
     ]
 
 
@@ -472,7 +473,7 @@ def test_a_submit_interrupt_emits_synthetic_results_before_the_drain(ended: bool
         d.end("tool_use")
     fx = d.feed(Interrupted(kind="submit"))
     assert d.phase == "draining"
-    assert results_in(emitted(fx)) == [("t1", "Interrupted by user")]
+    assert results_in(emitted(fx)) == [("t1", INTERRUPTED_TOOL_RESULT)]
     fx = d.finish_tool("t2", "fetched")
     assert results_in(emitted(fx)) == [("t2", "fetched")]
 
@@ -626,3 +627,38 @@ def test_retry_after_zero_waits_zero_ms(after: int, ms: int) -> None:
     d = Driver(default())
     fx = fail(d, "rate_limited", status=429, retry_after_ms=after)
     assert [w.ms for w in of(fx, Wait)] == [ms]
+
+
+# --- found by this repository's own mutation run (scripts/mutation.py) ---------------------------
+
+
+@pytest.mark.spec("C-BUDGET-1")
+def test_diminishing_returns_count_from_exactly_three_continuations() -> None:
+    """With exactly 3 continuations and two deltas under 500 the turn stops (C-BUDGET-1: continuations >= 3)."""
+    # kills: `continuation_count >= cfg.budget_min_continuations` turned into `>`
+    d = Driver(default(), token_budget=100_000)
+    for out in (10_000, 100, 100):  # three continuations; the last two deltas small
+        _budget_round(d, out)
+        assert d.transition == TokenBudgetContinuation()
+    assert d.state.budget.continuation_count == 3
+    _budget_round(d, 100)
+    assert d.transition == Completed()
+
+
+@pytest.mark.spec("R-CTX-4")
+def test_tool_rounds_after_a_compaction_count_in_the_tracking() -> None:
+    """After an auto-compaction each tool round adds one to tracking.turn_counter (R-CTX-4)."""
+    # kills: the turn_counter increment deleted from the tool path
+    d = Driver(small(history_snip=False, context_collapse=False))
+    fx = tool_round(d, "t1", "ok", Usage(input_tokens=30_000, output_tokens=0))  # over 29,000
+    (c,) = of(fx, Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    d.feed(CompactionFinished(compact_id=c.compact_id, messages=summary))
+    assert d.state.tracking.compacted and d.state.tracking.turn_counter == 0
+    tool_round(d, "t2", "ok", Usage(input_tokens=1_000, output_tokens=0))
+    tool_round(d, "t3", "ok", Usage(input_tokens=1_000, output_tokens=0))
+    assert d.state.tracking.turn_counter == 2
+    # without a compaction nothing counts
+    d = Driver(default())
+    tool_round(d, "t1", "ok", Usage(input_tokens=1_000, output_tokens=0))
+    assert d.state.tracking.turn_counter == 0

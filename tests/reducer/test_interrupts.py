@@ -31,12 +31,14 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
+from reducer.texts import INTERRUPTED_TOOL_RESULT
 from reducer.transitions import AbortedStreaming, AbortedTools, StopHookPrevented
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 HARD = "[Request interrupted by user]"
 HARD_TOOLS = "[Request interrupted by user for tool use]"
-INTERRUPTED = "Interrupted by user"
+# the result of a call an interrupt stopped, with the streaming executor (I-2, R-TEXTS-1)
+INTERRUPTED = INTERRUPTED_TOOL_RESULT
 SAFE_BLOCK = ToolTraits(concurrency_safe=True, interrupt="block")
 
 
@@ -208,7 +210,7 @@ def test_interrupt_while_waiting_to_retry() -> None:
 
 @pytest.mark.spec("I-2", "T-ABORT-STREAM-1", "G13")
 def test_hard_interrupt_while_streaming() -> None:
-    """CancelModelCall; unfinished calls get 'Interrupted by user'; blocks are committed."""
+    """CancelModelCall; unfinished calls get the interrupted-call text; blocks are committed."""
     d = Driver(default())
     d.text("reading")
     d.tool_use("t1")

@@ -35,6 +35,7 @@ from reducer.messages import (
     ToolUseBlock,
     UserMessage,
 )
+from reducer.texts import INTERRUPTED_TOOL_RESULT
 from reducer.transitions import AbortedStreaming, AbortedTools
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
@@ -484,7 +485,7 @@ def test_rejection_mid_stream_aborts_streaming() -> None:
     )
     assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, AbortedStreaming)
     results = {r.tool_use_id: r for r in conv_results(d)}
-    assert results["t1"].content == "Interrupted by user"
+    assert results["t1"].content == INTERRUPTED_TOOL_RESULT  # the executor is on (I-2)
     assert results["t2"].is_error and "reject" in results["t2"].content
     assert not started(fx)
     assert any(
@@ -509,7 +510,7 @@ def test_rejection_after_stream_aborts_tools() -> None:
     assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, AbortedTools)
     results = {r.tool_use_id: r for r in conv_results(d)}
     assert "reject" in results["t1"].content and results["t1"].is_error
-    assert results["t2"].content == "Interrupted by user"
+    assert results["t2"].content == INTERRUPTED_TOOL_RESULT  # the executor is on (I-2)
     assert any(
         isinstance(e, Emit)
         and isinstance(e.item, UserMessage)

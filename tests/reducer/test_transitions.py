@@ -56,6 +56,7 @@ from reducer.messages import (
     UserMessage,
 )
 from reducer.state import AutoCompactTracking, BudgetTracker, Ids, LoopState, Round, Slot
+from reducer.texts import INTERRUPTED_TOOL_RESULT
 from reducer.transitions import (
     CONTINUE_TYPES,
     AbortedStreaming,
@@ -127,7 +128,12 @@ def result(mid: str, tid: str, content: str, *, is_error: bool = False) -> UserM
 
 
 def api_error(
-    mid: str, call: int, kind: str, text: str, status: int | None = None
+    mid: str,
+    call: int,
+    kind: str,
+    text: str,
+    status: int | None = None,
+    category: str | None = None,
 ) -> AssistantMessage:
     return AssistantMessage(
         id=mid,
@@ -135,7 +141,7 @@ def api_error(
         model=SYNTHETIC,
         content=(TextBlock(text=text),),
         stop_reason="stop_sequence",
-        api_error=ErrorInfo(kind=kind, message=text, status=status),
+        api_error=ErrorInfo(kind=kind, message=text, status=status, category=category),
     )
 
 
@@ -299,7 +305,8 @@ def test_blocking_limit_after_failed_auto_compact_in_2_1_88() -> None:
         Compact(compact_id=1, conversation=conv, trigger="auto", pre_tokens=178_011),
     )
     assert prev.phase == "compacting"
-    err = api_error("m4", 1, "blocking_limit", PTL_TEXT)
+    # Claude Code's category for it (R-CATEGORY-1): the 2.1.88 profile uses its texts
+    err = api_error("m4", 1, "blocking_limit", PTL_TEXT, category="invalid_request")
     assert step(prev, CompactionFailed(compact_id=1, reason="summary failed"), cfg) == (
         evolve(
             prev,
@@ -486,7 +493,7 @@ def test_aborted_streaming_on_hard_interrupt() -> None:
     r.allow()
     prev = r.s
     blocks = (rec("m2", 1, TextBlock(text="Reading.")), rec("m3", 1, read_use()))
-    res = result("m4", "t1", "Interrupted by user", is_error=True)
+    res = result("m4", "t1", INTERRUPTED_TOOL_RESULT, is_error=True)
     note = UserMessage(
         id="m5", content=(TextBlock(text="[Request interrupted by user]"),), origin="interrupt"
     )
@@ -509,7 +516,7 @@ def test_aborted_streaming_on_hard_interrupt() -> None:
                         traits=SAFE,
                         status="done",
                         result=ToolResultBlock(
-                            tool_use_id="t1", content="Interrupted by user", is_error=True
+                            tool_use_id="t1", content=INTERRUPTED_TOOL_RESULT, is_error=True
                         ),
                         synthetic=True,
                         message=res,
@@ -563,7 +570,7 @@ def test_aborted_tools_on_hard_interrupt() -> None:
     cfg = default()
     r = _edit_running(cfg)
     prev = r.s
-    res = result("m3", "t1", "Interrupted by user", is_error=True)
+    res = result("m3", "t1", INTERRUPTED_TOOL_RESULT, is_error=True)
     note = UserMessage(
         id="m4",
         content=(TextBlock(text="[Request interrupted by user for tool use]"),),
@@ -575,7 +582,7 @@ def test_aborted_tools_on_hard_interrupt() -> None:
         input=EDIT_INPUT,
         traits=UNSAFE,
         status="done",
-        result=ToolResultBlock(tool_use_id="t1", content="Interrupted by user", is_error=True),
+        result=ToolResultBlock(tool_use_id="t1", content=INTERRUPTED_TOOL_RESULT, is_error=True),
         synthetic=True,
         message=res,
     )
@@ -605,7 +612,7 @@ def test_aborted_tools_emits_max_turns_reached_when_due() -> None:
     cfg = LoopConfig(max_turns=1)
     r = _edit_running(cfg)
     prev = r.s
-    res = result("m3", "t1", "Interrupted by user", is_error=True)
+    res = result("m3", "t1", INTERRUPTED_TOOL_RESULT, is_error=True)
     note = UserMessage(
         id="m4",
         content=(TextBlock(text="[Request interrupted by user for tool use]"),),
@@ -620,7 +627,7 @@ def test_aborted_tools_emits_max_turns_reached_when_due() -> None:
         input=EDIT_INPUT,
         traits=UNSAFE,
         status="done",
-        result=ToolResultBlock(tool_use_id="t1", content="Interrupted by user", is_error=True),
+        result=ToolResultBlock(tool_use_id="t1", content=INTERRUPTED_TOOL_RESULT, is_error=True),
         synthetic=True,
         message=res,
     )
@@ -737,7 +744,14 @@ def test_hook_stopped_after_round_results() -> None:
     prev = r.s
     res = result("m3", "t1", "blocked by PostToolUse hook")
     att = AttachmentMessage(
-        id="m4", attachment_type="hook_stopped_continuation", data=(("hookName", "PostToolUse"),)
+        id="m4",
+        attachment_type="hook_stopped_continuation",
+        data=(  # the reference's attachment (issue 15, defect 2)
+            ("message", "Execution stopped by PostToolUse hook"),
+            ("hookName", "PostToolUse:Edit"),
+            ("toolUseID", "t1"),
+            ("hookEvent", "PostToolUse"),
+        ),
     )
     slot = Slot(
         tool_use_id="t1",
@@ -747,6 +761,7 @@ def test_hook_stopped_after_round_results() -> None:
         status="done",
         result=ToolResultBlock(tool_use_id="t1", content="blocked by PostToolUse hook"),
         hook_stopped=True,
+        hook_event="PostToolUse",
         message=res,
     )
     e = ToolFinished(

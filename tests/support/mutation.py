@@ -84,6 +84,9 @@ SCOPE: tuple[Target, ...] = (
 # [I-<n>] or a compatibility flag [Q-<n>]: the functions that decide which transition happens.
 # Every function taken from config.py and state.py is one (they are in scope for that reason).
 GUARD_TAG = re.compile(r"\[(G\d+|[CT]-[A-Z]+(?:-[A-Z]+)*-\d+|I-\d+|Q-\d+)\]")
+# Any rule id the function's code or docstring cites (R-TOOL-5, S-SNIP-1, G11, ...): tests
+# marked with the same rule are run first against the function's mutants.
+RULE_TAG = re.compile(r"\b((?:[A-Z]+-)+\d+|G\d+)\b")
 
 # The kill set: the tests that exercise the reducer directly (unit, property, explorer at the CI
 # bound), the golden scenario replays and the README's executed examples.
@@ -159,6 +162,7 @@ class FunctionSource:
     class_name: str | None
     guard: bool
     future_annotations: bool
+    rules: frozenset[str] = frozenset()  # the rule ids its code cites, e.g. {"C-BUDGET-1", "G11"}
 
 
 def _functions(target: Target) -> Iterator[FunctionSource]:
@@ -181,7 +185,8 @@ def _functions(target: Target) -> Iterator[FunctionSource]:
         found.add(qual)
         src = "\n".join(lines[fn.lineno - 1 : fn.end_lineno])
         guard = target.functions is not None or bool(GUARD_TAG.search(src))
-        return FunctionSource(target.file, qual, fn, cls, guard, future)
+        rules = frozenset(RULE_TAG.findall(src))
+        return FunctionSource(target.file, qual, fn, cls, guard, future, rules)
 
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -495,7 +500,7 @@ class Outcome:
 @dataclass
 class Baseline:
     durations: dict[str, float] = field(default_factory=dict)  # nodeid -> seconds
-    hits: dict[str, set[str]] = field(default_factory=dict)  # "file::qualname" -> nodeids
+    hits: dict[int, set[str]] = field(default_factory=dict)  # statement id -> nodeids
     seconds: float = 0.0
 
 
@@ -576,14 +581,67 @@ def _live_functions(fns: Sequence[FunctionSource]) -> dict[str, list[types.Funct
     return out
 
 
-def _instrumented_code(fs: FunctionSource, name: str) -> types.CodeType:
-    """The function's code with a first statement that records it ran."""
-    fn = copy.deepcopy(fs.node)
-    call = ast.parse(f"{HIT}({name!r})").body[0]
-    for n in ast.walk(call):
-        ast.copy_location(n, fn.body[0])
-    fn.body.insert(1 if _is_docstring(fn.body[0]) else 0, call)
-    return compile_function(fs, fn)
+Path_ = tuple[tuple[str, int | None], ...]
+
+
+class Statements:
+    """Numbers every statement of the functions in scope, so coverage can be recorded per
+    statement: a mutant can only be killed by a test that executed the statement it is in."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[str, str, Path_], int] = {}
+        self.function_of: list[str] = []  # statement id -> "file::qualname"
+
+    def id(self, fs: FunctionSource, path: Path_) -> int:
+        key = (fs.file, fs.qualname, path)
+        n = self.ids.get(key)
+        if n is None:
+            n = self.ids[key] = len(self.function_of)
+            self.function_of.append(f"{fs.file}::{fs.qualname}")
+        return n
+
+    def of_mutant(self, m: Mutant, fs: FunctionSource) -> int:
+        """The id of the innermost statement holding the mutated node."""
+        node: ast.AST = fs.node
+        best: Path_ = m.path[:1]
+        for k, (name, i) in enumerate(m.path):
+            value = getattr(node, name)
+            node = value[i] if i is not None else value
+            if isinstance(node, ast.stmt):
+                best = m.path[: k + 1]
+        return self.id(fs, best)
+
+    def instrumented(self, fs: FunctionSource) -> types.CodeType:
+        """The function's code with, before every statement, a call recording it ran."""
+        fn = copy.deepcopy(fs.node)
+
+        def visit(node: ast.AST, path: Path_) -> None:
+            for name, value in list(ast.iter_fields(node)):
+                if (
+                    isinstance(value, list)
+                    and value
+                    and all(isinstance(v, ast.stmt) for v in value)
+                ):
+                    out: list[ast.stmt] = []
+                    for i, st in enumerate(value):
+                        sub = (*path, (name, i))
+                        visit(st, sub)
+                        if not (node is fn and i == 0 and _is_docstring(st)):
+                            call = ast.parse(f"{HIT}({self.id(fs, sub)})").body[0]
+                            for n in ast.walk(call):
+                                ast.copy_location(n, st)
+                            out.append(call)
+                        out.append(st)
+                    setattr(node, name, out)
+                elif isinstance(value, list):
+                    for i, v in enumerate(value):
+                        if isinstance(v, ast.AST):
+                            visit(v, (*path, (name, i)))
+                elif isinstance(value, ast.AST):
+                    visit(value, (*path, (name, None)))
+
+        visit(fn, ())
+        return compile_function(fs, fn)
 
 
 def _silence() -> None:
@@ -628,16 +686,16 @@ class _Recorder:
     """A pytest plugin (in the host session and every child): the first failure, durations,
     skips and, while ``hits`` is live, which functions each test executed."""
 
-    def __init__(self, hits: set[str]) -> None:
+    def __init__(self, hits: set[int]) -> None:
         self.hits = hits
         self.record_hits = False
         self.failed: list[str] = []
         self.durations: dict[str, float] = defaultdict(float)
         self.skipped: set[str] = set()
-        self.test_hits: dict[str, set[str]] = {}
+        self.test_hits: dict[str, set[int]] = {}
         # what fixtures executed (setup, teardown) is credited to every test of the module:
         # a module-scoped fixture runs in one test's setup but serves them all
-        self.module_hits: dict[str, set[str]] = defaultdict(set)
+        self.module_hits: dict[str, set[int]] = defaultdict(set)
         self.ran = 0
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
@@ -662,7 +720,7 @@ class _Recorder:
                 self.module_hits[report.nodeid.split("::")[0]] |= self.hits
             self.hits.clear()
 
-    def hits_per_test(self) -> dict[str, list[str]]:
+    def hits_per_test(self) -> dict[str, list[int]]:
         return {
             nodeid: sorted(names | self.module_hits[nodeid.split("::")[0]])
             for nodeid, names in self.test_hits.items()
@@ -706,9 +764,11 @@ class Orchestrator:
         self.progress = progress
         self.killers: dict[str, list[str]] = {}  # function -> tests that killed its mutants
         self.kills: dict[str, int] = {}  # test -> mutants it killed
-        self.hits: set[str] = set()
+        self.hits: set[int] = set()
         self.rec = _Recorder(self.hits)
+        self.statements = Statements()
         self.items: list[Any] = []
+        self.spec_of: dict[str, frozenset[str]] = {}
         self.import_hits: set[str] = set()
         self.base = Baseline()
         self.outcomes: list[Outcome] = []
@@ -719,7 +779,7 @@ class Orchestrator:
         for fs in fns:
             name = f"{fs.file}::{fs.qualname}"
             self.original[name] = self.live[name][0].__code__
-            code = _instrumented_code(fs, name)
+            code = self.statements.instrumented(fs)
             for f in self.live[name]:
                 f.__code__ = code
 
@@ -730,9 +790,13 @@ class Orchestrator:
 
     def pytest_collection_finish(self, session: Any) -> None:
         self.items = list(session.items)
+        self.spec_of = {
+            it.nodeid: frozenset(a for mark in it.iter_markers("spec") for a in mark.args)
+            for it in self.items
+        }
         # functions that ran while the test modules were imported (configs built at import):
         # their mutants run in a fresh interpreter, where the import sees the mutant
-        self.import_hits = set(self.hits)
+        self.import_hits = {self.statements.function_of[n] for n in self.hits}
         self.hits.clear()
         self.rec.hits = self.hits
 
@@ -826,11 +890,13 @@ class Orchestrator:
                 settled[i] = Outcome(m, "identical", "compiles to the original code")
                 continue
             fresh = name in self.import_hits
-            tests = self.base.hits.get(name, set())
+            tests = self.base.hits.get(self.statements.of_mutant(m, fs), set())
             if fresh:  # import-time use: every test may see it
                 tests = set(self.base.durations)
             if not tests:
-                settled[i] = Outcome(m, "uncovered", "no test in the kill set executes it")
+                settled[i] = Outcome(
+                    m, "uncovered", "no test in the kill set executes its statement"
+                )
                 continue
             order = sorted(tests, key=lambda t: (self.base.durations.get(t, 0.0), t))
             cost = sum(self.base.durations.get(t, 0.0) for t in order)
@@ -900,6 +966,11 @@ class Orchestrator:
         name = f"{task.mutant.file}::{task.mutant.function}"
         covering = set(task.order)
         first = [t for t in self.killers.get(name, []) if t in covering]
+        rules = self.fns[(task.mutant.file, task.mutant.function)].rules
+        if rules:  # the tests that pin a rule the function cites
+            first += [
+                t for t in task.order if self.spec_of.get(t, frozenset()) & rules and t not in first
+            ]
         ranked = sorted(self.kills, key=lambda t: (-self.kills[t], t))
         first += [t for t in ranked[:40] if t in covering and t not in first]
         chosen = set(first)

@@ -1,0 +1,120 @@
+"""The mutation runner (tests/support/mutation.py, specs/mutation.md): what it generates, how it
+samples, and that its list of equivalent mutants is well formed and current. No mutant is run
+here (that is scripts/mutation.py's job); these tests keep the generator honest."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.support import mutation as mu
+
+
+def _fs(src: str, qual: str = "f") -> mu.FunctionSource:
+    tree = ast.parse(textwrap.dedent(src))
+    fn = tree.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    return mu.FunctionSource("x.py", qual, fn, None, guard=True, future_annotations=False)
+
+
+@pytest.fixture(scope="module")
+def all_mutants() -> list[mu.Mutant]:
+    return mu.generate()
+
+
+def test_every_operator_is_generated_on_a_small_function(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One function with a comparison, a constant, a boolean, an and, a keyword and statements
+    gives every operator's mutants, each compiling to different code."""
+    src = textwrap.dedent(
+        """
+        def f(a, b):
+            x = g(a, key=True)
+            if a >= 3 and not b:
+                return x
+            return None
+        """
+    )
+    (tmp_path / "x.py").write_text(src)
+    monkeypatch.setattr(mu, "ROOT", tmp_path)
+    fs = _fs(src)
+    got = {(m.op, m.change) for m in mu.generate([fs])}
+    assert got == {
+        ("stmt", "delete x = g(a, key=True)"),
+        ("kwarg", "drop key="),
+        ("bool", "True -> False"),
+        ("stmt", "delete if a >= 3 and (not b):"),  # as ast.unparse writes it
+        ("boolop", "and: drop a >= 3"),
+        ("boolop", "and: drop not b"),
+        ("cmp", "'>=' -> '>'"),
+        ("const", "3 -> 4"),
+        ("const", "3 -> 2"),
+        ("bool", "not b -> b"),
+    }
+    original = mu.compile_function(fs, fs.node)
+    for m in mu.generate([fs]):
+        assert mu.compile_function(fs, mu.mutated_function(m, fs)) != original, m.key
+
+
+def test_the_scope_and_the_guard_functions(all_mutants: list[mu.Mutant]) -> None:
+    """The scope is the machine, the context rules and the guard parts of config and state;
+    every config/state function in scope is a guard function, and so are the machine's
+    functions that cite a guard or transition rule."""
+    files = {m.file for m in all_mutants}
+    assert files == {"reducer/machine.py", "reducer/context.py", "reducer/config.py", "reducer/state.py"}
+    guards = {(m.file, m.function) for m in all_mutants if m.guard}
+    assert all(m.guard for m in all_mutants if m.file in ("reducer/config.py", "reducer/state.py"))
+    assert {fn for f, fn in guards if f == "reducer/config.py"} >= {"RetryPolicy.delay_ms", "full"}
+    machine = {fn for f, fn in guards if f == "reducer/machine.py"}
+    assert {"_no_tool_use", "_mot_ladder", "_token_budget", "_continue", "_interrupt"} <= machine
+    assert "_msg_id" not in machine  # no rule cited: in the population, not a guard function
+
+
+def test_keys_are_unique(all_mutants: list[mu.Mutant]) -> None:
+    """Every mutant has its own key (the equivalents list names mutants by key)."""
+    keys = [m.key for m in all_mutants]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_sample_is_deterministic_and_covers_every_guard_function(all_mutants: list[mu.Mutant]) -> None:
+    """The CI sample takes the same mutants every time and at least one of every guard function."""
+    a = mu.sample(all_mutants, 2, 0)
+    b = mu.sample(all_mutants, 2, 0)
+    assert [m.key for m in a] == [m.key for m in b]
+    guards = {(m.file, m.function) for m in all_mutants if m.guard}
+    assert {(m.file, m.function) for m in a} == guards
+    assert all(m.guard for m in a)
+    other = mu.sample(all_mutants, 2, 0, seed="another")
+    assert [m.key for m in other] != [m.key for m in a]
+
+
+def test_the_equivalents_list_is_well_formed_and_current(all_mutants: list[mu.Mutant]) -> None:
+    """Every listed equivalent mutant has a reason and is still generated (none stale)."""
+    eq = mu.load_equivalents()
+    keys = {m.key for m in all_mutants}
+    assert all(reason for reason in eq.values())
+    stale = sorted(k for k in eq if k not in keys)
+    assert stale == [], stale
+
+
+def test_an_equivalent_without_a_reason_is_refused(tmp_path: Path) -> None:
+    """A key line with no reason under it is an error naming the key."""
+    p = tmp_path / "eq.txt"
+    p.write_text("a.py | f | cmp | x < y | '<' -> '<='\n")
+    with pytest.raises(SystemExit, match="has no reason"):
+        mu.load_equivalents(p)
+    p.write_text("# comment\na.py | f | cmp | x < y | '<' -> '<='\n  x is never equal to y here\n")
+    assert mu.load_equivalents(p) == {"a.py | f | cmp | x < y | '<' -> '<='": "x is never equal to y here"}
+
+
+def test_the_hole_mutants_of_issue_12_are_generated(all_mutants: list[mu.Mutant]) -> None:
+    """The runner generates the mutants an outside run found surviving (a few, by behaviour)."""
+    found = {(m.function, m.op, m.change) for m in all_mutants}
+    assert ("_token_budget", "boolop", "and: drop cfg.gates.token_budget") in found
+    assert ("_token_budget", "boolop", "and: drop not cfg.is_subagent") in found
+    assert ("_token_budget", "const", "100 -> 101") in found
+    assert ("_synthesize_results", "cmp", "'!=' -> '=='") in found
+    assert ("RetryPolicy.delay_ms", "const", "0 -> 1") in found
+    assert any(f == "on_stop_hooks" and op == "stmt" and c == "delete s = _commit(s)" for f, op, c in found)
