@@ -26,7 +26,7 @@ from effects.corpus import (
     stats_task,
     summarize,
 )
-from effects.trace import StepRecord, TraceReader
+from effects.trace import VERSION, StepRecord, TraceReader
 from effects.trace_cli import main as cli_main
 from reducer.events import CompactionFinished, ModelResponseEnded
 
@@ -81,7 +81,7 @@ def test_stats_over_processes_prints_the_tables_one_process_prints(
     assert one[1] == two[1]
     assert f"{2 * len(SCENARIOS) + 1} trace(s) read, 1 skipped, in {corpus}" in one[1]
     (warning,) = one[2].splitlines()
-    assert "3-broken.jsonl:1: format version 2" in warning and warning.endswith("(skipped)")
+    assert f"3-broken.jsonl:1: format version {VERSION + 1}" in warning and warning.endswith("(skipped)")
     assert (
         warning in two[2] and f"] {2 * len(SCENARIOS) + 2}/{2 * len(SCENARIOS) + 2} files" in two[2]
     )
@@ -136,7 +136,7 @@ def test_replay_over_a_corpus_reports_each_bad_trace_by_name(
     assert code == code2 == 2
     assert _timeless(out) == _timeless(out2)
     first = out.splitlines()[0]
-    assert first.startswith(f"{corpus / '3-broken.jsonl'}:1: format version 2")
+    assert first.startswith(f"{corpus / '3-broken.jsonl'}:1: format version {VERSION + 1}")
     assert first.endswith("(unreadable)")
     assert f"{corpus / '3-edited.jsonl'}: mismatch at step" in out
     n = 2 * len(SCENARIOS)
