@@ -39,6 +39,7 @@ ITEMS = {
     "6": "explorer",
     "7": "import_speed",
     "8": "counterfactual",
+    "9": "corpus",
 }
 
 
@@ -91,6 +92,12 @@ def item_counterfactual(quick: bool) -> dict[str, Any]:
     return counterfactual.measure(rounds, reps)
 
 
+def item_corpus(quick: bool) -> dict[str, Any]:
+    from benchmarks import corpus_throughput
+
+    return corpus_throughput.measure(2_000 if quick else 20_000, reps=1)
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -100,6 +107,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "explorer": item_explorer,
     "import_speed": item_import_speed,
     "counterfactual": item_counterfactual,
+    "corpus": item_corpus,
 }
 
 

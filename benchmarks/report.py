@@ -56,6 +56,12 @@ def _goal_rows(report: dict[str, Any]) -> list[str]:
                 f"| 4 | on/off wall time, next to the ideal (p+T)/(p+2T) = {item['ideal_ratio']}"
                 f" | {_s(item['ratio_on_over_off'])} | reported (no goal) |"
             )
+        if number == "9" and "commands" in item:
+            for command, c in item["commands"].items():
+                rows.append(
+                    f"| 9 | {command} over {item['corpus']['traces']:,} traces: 2 workers / 1"
+                    f" | {_s(c['ratio_2_over_1'])} | reported (no goal) |"
+                )
         if number == "6" and "results" in item:
             r = item["results"]
             rows.append(
@@ -206,6 +212,27 @@ def _replay(item: dict[str, Any]) -> list[str]:
     return out
 
 
+def _corpus(item: dict[str, Any]) -> list[str]:
+    c = item["corpus"]
+    out = [
+        "## 9. Corpus throughput: traces per second, 1 worker and 2",
+        "",
+        f"{c['traces']:,} traces ({c['templates']} templates cycled, {c['steps_per_trace']}"
+        f" steps per trace, {c['mb']} MB), {item['reps']} repetition(s), interleaved.",
+        "",
+        f"| command | {item['contenders'][0]}: traces/s | {item['contenders'][1]}: traces/s"
+        " | ratio |",
+        "|---|---|---|---|",
+    ]
+    for command, r in item["commands"].items():
+        out.append(
+            f"| {command} | {_s(r['traces_per_s_1'])} | {_s(r['traces_per_s_2'])}"
+            f" | {_s(r['ratio_2_over_1'])} |"
+        )
+    out.append("")
+    return out
+
+
 def _explorer(item: dict[str, Any]) -> list[str]:
     out = ["## 6. Explorer throughput at the CI bound", ""]
     if not item.get("available", True):
@@ -340,6 +367,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines += _import(item)
         elif key.startswith("8"):
             lines += _counterfactual(item)
+        elif key.startswith("9"):
+            lines += _corpus(item)
     if profiles:
         lines += ["## Where the time goes (missed goals)", "", *profiles]
     return "\n".join(lines).rstrip() + "\n"

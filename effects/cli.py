@@ -301,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     from effects.importer import cli as import_cli
 
     import_cli.register(sub)
+    from effects.temporal import cli as temporal_cli  # needs temporalio only when run
+
+    temporal_cli.register(sub)
     return p
 
 

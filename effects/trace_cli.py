@@ -39,7 +39,6 @@ from effects.trace import (
     Policy,
     ResumeRecord,
     StepRecord,
-    TraceError,
     TraceHeader,
     TraceReader,
     describe_effect,
@@ -53,7 +52,7 @@ from reducer import LoopConfig, SteploopError
 from reducer.canonical import to_data
 from reducer.config import profile_for
 from reducer.effects import CallModel, Compact, Effect, StartTool
-from reducer.events import CompactionFinished, ModelResponseEnded
+from reducer.events import ModelResponseEnded
 from reducer.transitions import CONTINUE_TYPES
 
 __all__ = ["TRACE_COMMANDS", "main", "register"]
@@ -125,6 +124,13 @@ def _recorded_config(path: str) -> LoopConfig:
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
+    from effects import corpus  # several traces, a directory, --jobs, --scheduler
+
+    if corpus.is_corpus(args):
+        if counterfactual:
+            raise CliError("counterfactual replay takes one trace file")
+        return corpus.replay_command(args, out)
+    args.trace = args.trace[0] if isinstance(args.trace, list) else args.trace
     err = sys.stderr
     show = bool(args.progress) or err.isatty()
     if not counterfactual:
@@ -525,75 +531,10 @@ def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
 # stats
 
 
-def _file_counts(path: Path, totals: Counter[str] | None = None) -> tuple[Counter[str], str]:
-    """Transitions and the terminal of one trace; ``totals`` gathers compactions and tokens."""
-    transitions: Counter[str] = Counter()
-    counts: Counter[str] = Counter()
-    reader = TraceReader(path)
-    for rec in reader:
-        if isinstance(rec, StepRecord):
-            if rec.transition is not None:
-                transitions[rec.transition.TAG] += 1
-            ev = rec.event
-            if isinstance(ev, CompactionFinished):
-                counts["compactions"] += 1
-            elif isinstance(ev, ModelResponseEnded):
-                u = ev.usage
-                counts["input tokens"] += (
-                    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
-                )
-                counts["output tokens"] += u.output_tokens
-    terminal = reader.end.terminal.TAG if reader.end is not None else "(unfinished)"
-    if totals is not None:
-        totals.update(counts)
-    return transitions, terminal
-
-
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
-    root = Path(args.dir)
-    if not root.exists():
-        raise CliError(f"{root}: no such directory")
-    if not root.is_dir():
-        raise CliError(f"{root}: not a directory")
-    files = sorted(root.glob("*.jsonl"))
-    if not files:
-        raise CliError(f"{root}: no *.jsonl trace files")
-    err = sys.stderr
-    transitions: Counter[str] = Counter()
-    terminals: Counter[str] = Counter()
-    totals: Counter[str] = Counter()
-    warnings: list[str] = []
-    with ProgressBar(len(files), "reading", "files", err, bool(args.progress) or err.isatty()) as bar:
-        for path in files:
-            try:
-                t, end = _file_counts(path, totals)
-            except TraceError as e:
-                warnings.append(f"steploop: warning: {e} (skipped)")
-            else:
-                transitions.update(t)
-                terminals[end] += 1
-            bar.advance()
-    for w in warnings:
-        print(w, file=err)
-    read = len(files) - len(warnings)
-    print(f"{read} trace(s) read, {len(warnings)} skipped, in {root}", file=out)
-    print(
-        f"compactions {totals['compactions']:,}; tokens: {totals['input tokens']:,} in "
-        f"(cache included), {totals['output tokens']:,} out",
-        file=out,
-    )
-    width = max((len(k) for k in [*transitions, *terminals]), default=10)
-    print("transitions:", file=out)
-    for tag, n in sorted(transitions.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {tag.ljust(width)}  {n:>7,}", file=out)
-    if not transitions:
-        print("  none", file=out)
-    print("terminals:", file=out)
-    for tag, n in sorted(terminals.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {tag.ljust(width)}  {n:>7,}", file=out)
-    if not terminals:
-        print("  none", file=out)
-    return 0
+    from effects.corpus import stats_command  # in parallel: effects/corpus.py
+
+    return stats_command(args, out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -689,13 +630,15 @@ TRACE_COMMANDS: dict[str, Handler] = {
 def register(subparsers: Any) -> dict[str, Handler]:
     """Add the trace commands to ``parser.add_subparsers(...)``; returns name -> handler
     (each subparser also carries it as the ``handler`` default)."""
+    from effects.corpus import add_options as corpus_options
+
     p = subparsers.add_parser(
         "replay",
         help="replay a trace exactly, or under another config (counterfactual)",
         description="Without options: exact replay (every effect and state digest checked). "
         "With --set/--profile/--on-divergence: counterfactual replay.",
     )
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("trace", metavar="TRACE", nargs="+", help="a trace, or several, a DIR, @LIST")
     p.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)"
     )
@@ -724,6 +667,7 @@ def register(subparsers: Any) -> dict[str, Handler]:
         metavar="N",
         help=f"steps between checkpoints (default {DEFAULT_CHECKPOINT_EVERY})",
     )
+    corpus_options(p)
     p.set_defaults(handler=cmd_replay)
 
     d = subparsers.add_parser("diff", help="the first divergence between two traces")
@@ -751,11 +695,11 @@ def register(subparsers: Any) -> dict[str, Handler]:
     )
     s.set_defaults(handler=cmd_show)
 
-    st = subparsers.add_parser("stats", help="transition and terminal counts over *.jsonl in DIR")
-    st.add_argument("dir", metavar="DIR")
-    st.add_argument(
-        "--progress", action="store_true", help="show the progress bar even off a terminal"
+    st = subparsers.add_parser(
+        "stats", help="transition, terminal, compaction and token counts over traces"
     )
+    st.add_argument("dir", metavar="DIR", nargs="+", help="directories, traces, @LIST files")
+    corpus_options(st, progress=True)
     st.set_defaults(handler=cmd_stats)
 
     r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")

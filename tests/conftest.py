@@ -41,3 +41,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         msg = f"interpreter tests must run on asyncio and trio; passed per backend: {ran}"
         if reporter is not None:
             reporter.write_line(f"ERROR: {msg}", red=True)
+
+
+# The Temporal SDK's native runtime can abort the interpreter while it shuts down (temporalio
+# sdk-python issue 300; about a third of standalone scripts here). When the Temporal tests ran,
+# the run ends with its own exit status, flushed, before the interpreter shuts down.
+_SESSION: list[pytest.Session] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION.append(session)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import os
+    import sys
+
+    if "temporalio" in sys.modules and _SESSION and not hasattr(sys, "ps1"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(_SESSION[0].exitstatus))

@@ -12,10 +12,12 @@ import pytest
 from reducer import Conversation, Gates, LoopConfig, RetryPolicy, Session, default, full
 from reducer.config import Compat
 from reducer.effects import CallModel, CancelTools, Compact, Emit, Finish, RunStopHooks, Wait
+from reducer.errors import IllegalEvent
 from reducer.events import (
     CompactionFinished,
     Interrupted,
     ModelCallFailed,
+    ModelResponseEnded,
     StopHooksFinished,
     ToolTraits,
     WaitElapsed,
@@ -662,3 +664,77 @@ def test_tool_rounds_after_a_compaction_count_in_the_tracking() -> None:
     d = Driver(default())
     tool_round(d, "t1", "ok", Usage(input_tokens=1_000, output_tokens=0))
     assert d.state.tracking.turn_counter == 0
+
+
+@pytest.mark.spec("R-TOOL-7")
+@pytest.mark.parametrize(("length", "shown"), [(40, "x" * 40), (41, "x" * 40 + "…")])
+def test_a_sibling_error_names_a_40_char_command_whole(length: int, shown: str) -> None:
+    """The sibling-cancel text shows a command of up to 40 characters whole, longer ones cut with … (R-TOOL-7)."""
+    # kills: `len(v) <= 40` turned into `<` in the call description
+    bash = ToolTraits(concurrency_safe=True, interrupt="cancel", cancels_siblings_on_error=True)
+    d = Driver(default())
+    d.tool_use("b1", "Bash", bash, command="x" * length)
+    d.allow("b1")
+    d.tool_use("r1", "Read", SAFE, file_path="a")
+    d.allow("r1")
+    fx = d.finish_tool("b1", "boom", is_error=True)
+    want = f"<tool_use_error>Cancelled: parallel tool call Bash({shown}) errored</tool_use_error>"
+    assert ("r1", want) in results_in(emitted(fx))
+
+
+@pytest.mark.spec("R-TOOL-8", "M-5")
+def test_a_second_result_for_a_finished_call_is_a_driver_error() -> None:
+    """A ToolFinished for a call that already finished (not a discarded one) raises IllegalEvent (R-TOOL-8)."""
+    # kills: the `sl.synthetic` operand dropped from the late-result test of the slot lookup
+    d = Driver(default())
+    d.tool_use("t1", "Read", SAFE, file_path="a")
+    d.allow("t1")
+    d.tool_use("t2", "Read", SAFE, file_path="b")
+    d.allow("t2")
+    d.finish_tool("t1", "a")
+    with pytest.raises(IllegalEvent, match="t1"):
+        d.finish_tool("t1", "a again")
+
+
+@pytest.mark.spec("R-RETRY-4")
+def test_giving_up_with_an_empty_message_names_the_failure_kind() -> None:
+    """Retries exhausted on a failure with no message: the error text names its kind (R-RETRY-4)."""
+    # kills: the `or e.kind` operand dropped from the give-up error text
+    d = Driver(default(retry=RetryPolicy(max_retries=0)))
+    fx = fail(d, "rate_limited", status=429)
+    assert api_error_texts(emitted(fx)) == ["API Error: rate_limited"]
+
+
+@pytest.mark.spec("R-MODEL-1")
+def test_a_response_ended_without_a_model_name_keeps_the_calls_model() -> None:
+    """A response end that names no model leaves the records on the model that was called (R-MODEL-1)."""
+    # kills: the no-model fast path of the served-model stamping deleted (records stamped "")
+    d = Driver(default())
+    d.text("hi")
+    d.feed(ModelResponseEnded(call_id=d.call_id, model="", stop_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1)))
+    d.hooks_pass()
+    models = [m.model for m in d.state.conversation.messages() if isinstance(m, AssistantMessage)]
+    assert models == ["claude-sonnet-4-5"]
+
+
+@pytest.mark.spec("R-RETRY-4")
+def test_giving_up_leaves_the_attempt_ended() -> None:
+    """Retries exhausted: the final state's round is ended, its error message stored (R-RETRY-4)."""
+    # kills: `ended=True` dropped from the give-up's round update
+    d = Driver(default(retry=RetryPolicy(max_retries=0)))
+    fail(d, "rate_limited", status=429)
+    assert d.phase == "done" and d.state.round.ended
+    assert d.state.round.error_message is not None
+
+
+@pytest.mark.spec("M-2", "M-5")
+def test_an_event_of_the_current_call_after_its_stream_is_a_driver_error() -> None:
+    """Once the response ended, another event of the same call raises IllegalEvent (M-2)."""
+    # kills: `e.call_id < s.round.call_id` turned into `<=` for model events outside streaming
+    d = Driver(default())
+    d.tool_use("u1", "Edit", UNSAFE, file_path="a")
+    d.end("tool_use")
+    assert d.phase == "running_tools"
+    late = ModelResponseEnded(call_id=d.call_id, model="m", stop_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))
+    with pytest.raises(IllegalEvent, match="is not streaming"):
+        d.feed(late)

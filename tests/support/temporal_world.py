@@ -1,0 +1,123 @@
+"""Tools and a worker process for the Temporal tests (tests/effects/test_temporal.py).
+
+``python -m tests.support.temporal_world ADDRESS TASK_QUEUE DIR`` runs a worker in a process of
+its own (the one the tests kill): the script and the tools come from DIR/script.json, the log of
+every tool run goes to DIR/runs.log, the ledger to DIR/ledger, blobs to DIR/blobs. With
+``--die-after-ledger TOOL_USE_ID``, the process exits at once after putting that call's result
+in the ledger, before the activity reports it: the server never hears of the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from effects.tools import ToolContext, ToolOutput, ToolRegistry
+from reducer.events import InterruptBehavior
+
+__all__ = ["LoggedTool", "activities_for", "main"]
+
+
+@attrs.define
+class LoggedTool:
+    """Appends ``NAME TOOL_USE_ID`` to ``log`` when it starts and ``NAME TOOL_USE_ID done``
+    when it ends; in between, waits until the calls ``input["started"]`` have started and
+    the call ``input["after"]`` is done (if given), then sleeps ``input["s"]`` seconds (real time); answers ``input["say"]`` (or ``size``
+    characters)."""
+
+    name: str
+    log: Path
+    safe: bool = True
+    interrupt: InterruptBehavior = "block"
+    description: str = "a test tool"
+    input_schema: Mapping[str, Any] = attrs.field(factory=lambda: {"type": "object"})
+    max_result_chars: int | None = None
+    cancels_siblings_on_error: bool = False
+
+    def is_concurrency_safe(self, input: Mapping[str, Any]) -> bool:
+        return self.safe
+
+    async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(f"{self.name} {ctx.tool_use_id}\n")
+        after = input.get("after")
+        while after is not None and f" {after} done\n" not in self.log.read_text():
+            await asyncio.sleep(0.01)
+        for other in input.get("started", ()):
+            while f" {other}\n" not in self.log.read_text():
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(float(input.get("s", 0)))
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(f"{self.name} {ctx.tool_use_id} done\n")
+        size = input.get("size")
+        text = "x" * int(size) if size is not None else str(input.get("say", "ok"))
+        return ToolOutput(content=text)
+
+
+def registry(log: Path) -> ToolRegistry:
+    return ToolRegistry(
+        [
+            LoggedTool("Look", log),
+            LoggedTool("Change", log, safe=False),
+            LoggedTool("Hang", log, safe=False, interrupt="cancel"),
+        ]
+    )
+
+
+def activities_for(directory: Path, script: Sequence[Any], **kwargs: Any) -> Any:
+    from effects.scripted import ScriptedModel
+    from effects.temporal.activities import ByCallId, Ledger, SteploopActivities
+
+    tools = registry(directory / "runs.log")
+    model = ByCallId(ScriptedModel.from_json(list(script), traits_for=tools.traits))
+    return SteploopActivities(
+        model=model,
+        tools=tools,
+        workspace=directory,
+        ledger=Ledger(directory / "ledger"),
+        **kwargs,
+    )
+
+
+async def _serve(address: str, task_queue: str, directory: Path, die_after: str | None) -> None:
+    from effects.temporal.client import connect, worker
+
+    acts = activities_for(directory, json.loads((directory / "script.json").read_text()))
+    if die_after is not None:
+        record = acts.record
+
+        def record_then_die(key: str, result: dict[str, Any]) -> None:
+            record(key, result)
+            if key.endswith("/" + die_after):
+                os._exit(17)  # killed between the ledger and the report to the server
+
+        acts.record = record_then_die
+    client = await connect(address, blob_dir=directory / "blobs")
+    # no workflow cache, so no sticky queue: the test server never hands a dead worker's
+    # sticky workflow task back to the task queue (a real server does after a timeout);
+    # every workflow task of this worker rebuilds the workflow from its history
+    async with worker(client, acts, task_queue=task_queue, max_cached_workflows=0):
+        (directory / "worker.ready").write_text(str(os.getpid()))
+        await asyncio.Event().wait()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("address")
+    ap.add_argument("task_queue")
+    ap.add_argument("dir")
+    ap.add_argument("--die-after-ledger", default=None)
+    args = ap.parse_args(argv)
+    asyncio.run(_serve(args.address, args.task_queue, Path(args.dir), args.die_after_ledger))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
