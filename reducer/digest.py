@@ -121,11 +121,9 @@ class _Layout:
     ) -> None:
         if not _composed(cls):
             raise TypeError(f"{cls.__name__} is not composed from its fields")
-        fields = [f.name for f in attrs.fields(cls)]
         former = former or {}
-        names = sorted([*fields, *former])
-        real = [n for n, name in enumerate(names) if name not in former]
-        hints = typing.get_type_hints(cls)
+        plan = _plan(cls, frozenset(nested), tuple(sorted(former.items())))
+        names, real, tuples, code = plan
         values: list[Any] = [_NOTHING] * len(names)
         texts: list[bytes] = [b""] * len(names) + [b"}"]
         ns: dict[str, Any] = {
@@ -137,30 +135,17 @@ class _Layout:
             "JOIN": b"".join,
             "canonical_bytes": canonical_bytes,
         }
-        lines = [
-            "def text(obj):",
-            "    if obj.__class__ is not CLS:",
-            "        return canonical_bytes(obj)",
-            f"    {', '.join(f'x{n}' for n in real)}, _ = GET(obj)",
-        ]
         for n, name in enumerate(names):
             ns[f"P{n}"] = (("{" if n == 0 else ",") + json.dumps(name) + ":").encode()
             if name in former:  # a field of an earlier version: its one value, written once
                 texts[n] = ns[f"P{n}"] + canonical_bytes(former[name])
-                continue
-            if name in nested:
+            elif name in nested:
                 ns[f"E{n}"] = nested[name].text
-            elif typing.get_origin(hints[name]) is tuple:
+            elif n in tuples:
                 ns[f"E{n}"] = _Items().text
             else:
                 ns[f"E{n}"] = _value_text
-            lines += [
-                f"    if x{n} is not V[{n}]:",
-                f"        V[{n}] = x{n}",
-                f"        T[{n}] = P{n} + E{n}(x{n})",
-            ]
-        lines.append("    return JOIN(T)")
-        exec(compile("\n".join(lines) + "\n", f"<state text {cls.__qualname__}>", "exec"), ns)
+        exec(code, ns)  # the function is compiled once per class (_plan); its caches are ours
         self.text: Callable[[Any], bytes] = ns["text"]
         self._texts = texts
         self._cut = {name: (n, len(ns[f"P{n}"])) for n, name in enumerate(names)}
@@ -170,6 +155,46 @@ class _Layout:
         (an instance of this very class: for another, ``text`` composes nothing)."""
         n, cut = self._cut[name]
         return self._texts[n][cut:]
+
+
+_PLANS: dict[tuple[Any, ...], tuple[list[str], list[int], frozenset[int], Any]] = {}
+
+
+def _plan(
+    cls: type, nested: frozenset[str], former: tuple[tuple[str, Any], ...]
+) -> tuple[list[str], list[int], frozenset[int], Any]:
+    """The sorted names of a layout, which of them are real fields, which are tuples, and the
+    compiled code of its text function: made once per (class, nested fields, former fields),
+    since compiling and reading the type hints cost milliseconds and a replay of a short trace
+    makes a digester."""
+    key = (cls, nested, former)
+    got = _PLANS.get(key)
+    if got is not None:
+        return got
+    fields = [f.name for f in attrs.fields(cls)]
+    gone = {name for name, _ in former}
+    names = sorted([*fields, *gone])
+    real = [n for n, name in enumerate(names) if name not in gone]
+    hints = typing.get_type_hints(cls)
+    tuples = frozenset(
+        n for n in real if names[n] not in nested and typing.get_origin(hints[names[n]]) is tuple
+    )
+    lines = [
+        "def text(obj):",
+        "    if obj.__class__ is not CLS:",
+        "        return canonical_bytes(obj)",
+        f"    {', '.join(f'x{n}' for n in real)}, _ = GET(obj)",
+    ]
+    for n in real:
+        lines += [
+            f"    if x{n} is not V[{n}]:",
+            f"        V[{n}] = x{n}",
+            f"        T[{n}] = P{n} + E{n}(x{n})",
+        ]
+    lines.append("    return JOIN(T)")
+    code = compile("\n".join(lines) + "\n", f"<state text {cls.__qualname__}>", "exec")
+    got = _PLANS[key] = (names, real, tuples, code)
+    return got
 
 
 def _value_text(v: Any) -> bytes:
