@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import shutil
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 from effects.cli_common import (
     EXIT_API_ERROR,
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from effects.temporal.workflow import TurnResult
 
 __all__ = ["register", "turn_exit_code"]
+
+T = TypeVar("T")
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_STORE = ".steploop-temporal"
@@ -245,13 +248,27 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
         return EXIT_OK
     from temporalio.client import WorkflowExecutionStatus
 
+    told = False
+
+    def waiting(why: str) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            print(
+                f"steploop: waiting for a worker on task queue {args.task_queue} ({why}); "
+                "start one with: steploop temporal worker",
+                file=sys.stderr,
+                flush=True,
+            )
+
     run_id = handle.first_execution_run_id  # followed run by run, so no item is missed
     seen = 0
     asked: set[str] = set()
     while True:
         run = client.get_workflow_handle_for(TurnWorkflow.run, wid, run_id=run_id)
         status = (await run.describe()).status
-        for data in await run.query(TurnWorkflow.items, seen):  # a closed run answers too
+        items = await _patiently(functools.partial(run.query, TurnWorkflow.items, seen), waiting)
+        for data in items:  # a closed run answers too
             item: Emitted = structure(data, Emitted)
             print(f"  {describe(item)}", file=out, flush=True)
             seen += 1
@@ -261,16 +278,20 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
             continue
         if status != WorkflowExecutionStatus.RUNNING:
             break
-        for ask in await run.query(TurnWorkflow.pending_permissions):
+        pending = functools.partial(run.query, TurnWorkflow.pending_permissions)
+        for ask in await _patiently(pending, waiting):
             tid = ask["tool_use_id"]
             if tid in asked:
                 continue
             asked.add(tid)
             decision = await asyncio.to_thread(_ask, ask, out)
-            await run.execute_update(
+            update = functools.partial(  # asked again under the same update id: answered once
+                run.execute_update,
                 TurnWorkflow.answer_permission,
                 args=[tid, decision, "", int(time.time() * 1000)],
+                id=f"answer-{tid}",
             )
+            await _patiently(update, waiting)
         await asyncio.sleep(0.2)
     result = asyncio.ensure_future(handle.result())  # follows the runs continued as new
     await result
@@ -279,6 +300,35 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
     if args.trace:
         print(f"trace: {args.trace} (steploop replay {args.trace})", file=out)
     return turn_exit_code(res)
+
+
+async def _patiently(
+    call: Callable[[], Awaitable[T]], waiting: Callable[[str], None], pause_s: float = 1.0
+) -> T:
+    """``call()``, asked again for as long as no worker answers (a query or an update needs
+    one: none may be running yet, and the turn waits for one durably, so start does too; or
+    the workers are busy or gone). Without a worker the service answers after about 30 s,
+    with one of several statuses (seen: deadline exceeded, cancelled on an HTTP/2 error, "no
+    poller seen for task queue recently"); those are asked again, any other error is raised.
+    ``waiting`` is told why each time."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    again = {
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.FAILED_PRECONDITION,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+    }
+    while True:
+        try:
+            return await call()
+        except RPCError as e:
+            if e.status not in again:
+                raise
+            waiting(_one_line(e))
+        await asyncio.sleep(pause_s)
 
 
 def _ask(ask: dict[str, Any], out: TextIO) -> str:

@@ -1,14 +1,18 @@
 """The workflow: one user turn of the loop, durable.
 
-:class:`TurnWorkflow` holds the loop state and runs ``start()`` and ``step()`` as workflow code
-(they are pure, so they are deterministic workflow code as they stand). Each effect is dealt
-with as :mod:`effects.temporal.world` says: activities for what touches the world, durable
-timers for ``Wait``, an update for a permission a client must answer, signals for interrupts
-and queued commands. Events are stepped one at a time, in the order they arrive: the order
-the history records, so a replay steps them in the same order. Concurrency-safe tools run as
-concurrent activities and their results are stepped in completion order. A model call's
-events arrive together when the response has ended (an activity returns once), so tools
-called in a response start after it, not while it streams.
+:class:`TurnWorkflow` is a world of the one driver loop (:mod:`reducer.drive`, the pulled
+form): ``drive_async`` runs ``start()`` and ``step()`` as workflow code (they are pure, so they
+are deterministic workflow code as they stand), hands every effect to the workflow's
+``perform`` in order and asks its ``next_event`` whenever nothing is queued. ``perform`` deals
+with each effect as :mod:`effects.temporal.world` says: activities for what touches the world,
+durable timers for ``Wait``, an update for a permission a client must answer; the answers, and
+the interrupts and queued commands that signals bring, wait in the workflow's inbox, and
+``next_event`` awaits the first. Events are stepped one at a time, in the order they arrive:
+the order the history records, so a replay steps them in the same order. An answer still in
+the inbox when an effect withdraws its request is dropped, never stepped (W-DRIVE-2).
+Concurrency-safe tools run as concurrent activities and their results are stepped in
+completion order. A model call's events arrive together when the response has ended (an
+activity returns once), so tools called in a response start after it, not while it streams.
 
 Every ``rounds_per_run`` rounds (at a Continue transition, with nothing in flight) the
 workflow continues as new with the loop state and the effects still to execute, so a long
@@ -51,7 +55,8 @@ with workflow.unsafe.imports_passed_through():
     from effects.trace.format import DEFAULT_MESSAGE_WINDOW
     from effects.trace.provenance import _steploop_version
     from effects.trace.record import TraceRecorder
-    from reducer import LoopConfig, LoopState, Request, Session, start, step
+    from reducer import LoopConfig, LoopState, Request, Session
+    from reducer.drive import drive_async
     from reducer.effects import (
         AcknowledgeCommands,
         AskPermission,
@@ -80,8 +85,9 @@ with workflow.unsafe.imports_passed_through():
         WaitElapsed,
     )
     from reducer.messages import AssistantMessage, Usage
+    from reducer.protocol import answers
     from reducer.serialize import structure
-    from reducer.transitions import CONTINUE_TYPES
+    from reducer.transitions import CONTINUE_TYPES, Transition
 
 __all__ = ["WORKFLOW_NAME", "Carried", "TurnInput", "TurnResult", "TurnWorkflow"]
 
@@ -157,6 +163,7 @@ def _cause(exc: BaseException) -> str:
 @workflow.defn(name=WORKFLOW_NAME)
 class TurnWorkflow:
     _inp: TurnInput
+    _config: LoopConfig
     _sink: TraceSink
 
     def __init__(self) -> None:
@@ -170,6 +177,11 @@ class TurnWorkflow:
         self._next = 0  # step records so far: the next step's index
         self._last_ms = 0  # the time of the last event stepped (the loop's clock)
         self._done = False
+        self._recorder: TraceRecorder | None = None
+        self._usage = Usage()
+        self._acknowledged: list[str] = []
+        self._rounds = 0  # Continue transitions in this run
+        self._runs = 1
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -250,75 +262,90 @@ class TurnWorkflow:
             )
         self._inp = inp
         config: LoopConfig = structure(inp.config, LoopConfig)
+        self._config = config
         carried = inp.carried
-        runs = 1 if carried is None else carried.runs + 1
-        usage = Usage() if carried is None else structure(carried.usage, Usage)
-        acknowledged: list[str] = [] if carried is None else list(carried.acknowledged)
-        recorder = self._recorder(inp, config)
-        pending: deque[Effect]
-        if carried is None:
-            request: Request = structure(inp.request, Request)
-            session: Session | None = (
-                structure(inp.session, Session) if inp.session is not None else None
-            )
-            state, fx = start(request, config, session)
-            self._last_ms = request.at_ms
-            self._record(recorder, None, state, fx)
-            pending = deque(fx)
-        else:
-            state = structure(carried.state, LoopState)
-            pending = deque(structure(e, Effect) for e in carried.effects)
-            self._next, self._items_base = carried.steps, carried.items
-            self._last_ms = carried.last_ms
-            if recorder is not None:
-                with workflow.unsafe.sandbox_unrestricted():
-                    recorder._resume_record(carried.steps - 1, tuple(pending))
-        self._state = state
-        rounds = 0
-        terminal: Any = None
+        request: Request = structure(inp.request, Request)
+        session: Session | None = (
+            structure(inp.session, Session) if inp.session is not None else None
+        )
+        recorder = self._recorder = self._make_recorder(inp, config)
         try:
-            while True:
-                while pending:
-                    effect = pending.popleft()
-                    if isinstance(effect, Finish):
-                        terminal = effect.terminal
-                        break
-                    self._apply(effect, config, acknowledged)
-                if terminal is not None:
-                    break
-                await workflow.wait_condition(lambda: bool(self._inbox))
-                event = self._inbox.popleft()
-                self._last_ms = max(self._last_ms, event.at_ms)
-                if isinstance(event, ModelResponseEnded) and event.call_id == state.round.call_id:
-                    usage = _add(usage, event.usage)
-                before = state.transition
-                state, fx = step(state, event, config)
-                self._state = state
-                self._record(recorder, event, state, fx)
-                if state.transition is not before and isinstance(state.transition, CONTINUE_TYPES):
-                    rounds += 1
-                    if rounds >= inp.rounds_per_run and self._quiet(fx):
-                        # a round boundary with nothing in flight: the next run takes over
-                        self._continue(inp, state, fx, usage, acknowledged, runs, recorder)
-                pending.extend(fx)
+            if carried is None:
+                self._last_ms = request.at_ms
+                outcome = await drive_async(self, request, config, session, observer=self._observe)
+            else:
+                self._runs = carried.runs + 1
+                self._usage = structure(carried.usage, Usage)
+                self._acknowledged = list(carried.acknowledged)
+                state = self._state = structure(carried.state, LoopState)
+                pending = [structure(e, Effect) for e in carried.effects]
+                self._next, self._items_base = carried.steps, carried.items
+                self._last_ms = carried.last_ms
+                if recorder is not None:
+                    with workflow.unsafe.sandbox_unrestricted():
+                        recorder._resume_record(carried.steps - 1, tuple(pending))
+                outcome = await drive_async(
+                    self, request, config, resume=(state, pending), observer=self._observe
+                )
         finally:
             if recorder is not None:
                 with workflow.unsafe.sandbox_unrestricted():
                     recorder.close()
+        assert outcome.terminal is not None  # next_event never runs dry: the turn finished
         self._done = True
         for task in self._tasks.values():  # nothing the turn still waits for
             task.cancel()
         self._tasks.clear()
-        last = next(state.conversation.reversed(), None)
+        last = next(outcome.state.conversation.reversed(), None)
         return TurnResult(
-            terminal=encode(terminal),
-            session=encode(state.session()),
-            usage=encode(usage),
-            acknowledged=acknowledged,
+            terminal=encode(outcome.terminal),
+            session=encode(outcome.state.session()),
+            usage=encode(self._usage),
+            acknowledged=self._acknowledged,
             steps=self._next,
-            runs=runs,
+            runs=self._runs,
             api_error=isinstance(last, AssistantMessage) and last.api_error is not None,
         )
+
+    # -- the world of the driver loop ------------------------------------------------------
+
+    def perform(self, effect: Effect, state: LoopState) -> None:
+        """The world's side of an effect (:class:`reducer.drive.AsyncWorld`): every answer
+        comes later, through the inbox and :meth:`next_event`."""
+        self._apply(effect, self._config, self._acknowledged)
+
+    async def next_event(self, state: LoopState) -> Event | None:
+        """The next event that arrived (an activity's or a timer's answer, a client's update
+        or signal), in arrival order; waits, durably, for as long as it takes."""
+        await workflow.wait_condition(lambda: bool(self._inbox))
+        return self._inbox.popleft()
+
+    def _observe(
+        self,
+        event: Event | None,
+        state: LoopState,
+        fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
+    ) -> None:
+        """After start() and every step, before its effects are performed: the usage, the
+        loop's clock, the trace, and continue-as-new at a round boundary with nothing in
+        flight (it carries the state and these effects, none performed yet)."""
+        before = self._state
+        if event is not None:
+            self._last_ms = max(self._last_ms, event.at_ms)
+            if (
+                isinstance(event, ModelResponseEnded)
+                and before is not None
+                and event.call_id == before.round.call_id
+            ):
+                self._usage = _add(self._usage, event.usage)
+        self._state = state
+        self._record(event, state, fx, passed)
+        if event is not None and any(isinstance(t, CONTINUE_TYPES) for t in passed):
+            self._rounds += 1
+            if self._rounds >= self._inp.rounds_per_run and self._quiet(fx):
+                # a round boundary with nothing in flight: the next run takes over
+                self._continue(state, fx)
 
     def _quiet(self, fx: tuple[Effect, ...]) -> bool:
         """Nothing in flight, nothing waiting to be stepped, and the turn goes on."""
@@ -326,16 +353,10 @@ class TurnWorkflow:
             isinstance(e, Finish) for e in fx
         )
 
-    def _continue(
-        self,
-        inp: TurnInput,
-        state: LoopState,
-        fx: tuple[Effect, ...],
-        usage: Usage,
-        acknowledged: list[str],
-        runs: int,
-        recorder: TraceRecorder | None,
-    ) -> None:
+    def _continue(self, state: LoopState, fx: tuple[Effect, ...]) -> None:
+        """Continue as new (raises ContinueAsNewError, a BaseException the driver loop lets
+        through to the workflow's run)."""
+        inp, recorder = self._inp, self._recorder
         produced = 0
         if recorder is not None:
             with workflow.unsafe.sandbox_unrestricted():
@@ -347,14 +368,14 @@ class TurnWorkflow:
             steps=self._next,
             trace_bytes=produced,
             items=self._items_base + len(self._items),
-            usage=encode(usage),
-            acknowledged=list(acknowledged),
-            runs=runs,
+            usage=encode(self._usage),
+            acknowledged=list(self._acknowledged),
+            runs=self._runs,
             last_ms=self._last_ms,
         )
         workflow.continue_as_new(dataclasses.replace(inp, carried=carried))
 
-    def _recorder(self, inp: TurnInput, config: LoopConfig) -> TraceRecorder | None:
+    def _make_recorder(self, inp: TurnInput, config: LoopConfig) -> TraceRecorder | None:
         if inp.trace_path is None:
             return None
         carried = inp.carried
@@ -385,15 +406,16 @@ class TurnWorkflow:
 
     def _record(
         self,
-        recorder: TraceRecorder | None,
         event: Event | None,
         state: LoopState,
         fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
     ) -> None:
         self._next += 1
+        recorder = self._recorder
         if recorder is not None:
             with workflow.unsafe.sandbox_unrestricted():
-                recorder(event, state, fx)
+                recorder.observe(event, state, fx, passed)
 
     def _feed(self, event: Event) -> None:
         """Queue an event for stepping; one without a time of its own (made here) takes the
@@ -411,6 +433,11 @@ class TurnWorkflow:
                 self._tasks.pop(gone).cancel()
             for gone in [k for k in self._asks if withdrawn(effect, k)]:
                 del self._asks[gone]
+            if self._inbox:  # answers that came and were not stepped yet (W-DRIVE-2)
+                kept = [
+                    e for e in self._inbox if (k := answers(e)) is None or not withdrawn(effect, k)
+                ]
+                self._inbox = deque(kept)
         key = opens(effect)
         match effect:
             case Emit(item=item):
@@ -510,7 +537,9 @@ class TurnWorkflow:
                 fired.add_done_callback(self._fired.discard)
             case AcknowledgeCommands(command_ids=ids):
                 acknowledged.extend(ids)
-            case _:  # the cancels are handled above; Finish by the loop
+            case Finish():
+                pass  # the driver loop ends the turn after it
+            case _:  # the cancels are handled above
                 if not withdraws_any(effect):
                     raise AssertionError(f"unexpected effect {effect!r}")
 

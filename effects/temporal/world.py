@@ -15,10 +15,10 @@ Every effect ``step()`` returns is one of four kinds here:
 
 Which request an effect opens and which it withdraws is the world protocol's
 (:mod:`reducer.protocol`: ``opens``, ``withdrawn``; the same keys every world uses); the
-workflow keeps one task, or one pending question, per open key. The workflow's loop is its own
-(an async loop over Temporal's futures, timers and handlers), written to the protocol, so it
-can become a world of :mod:`reducer.drive` when that loop takes asynchronous worlds of this
-shape.
+workflow keeps one task, or one pending question, per open key. The loop is not the
+workflow's: the workflow is a world of :mod:`reducer.drive` (``drive_async``, the pulled form),
+whose ``perform`` does what this table says and whose ``next_event`` awaits the next answer
+Temporal's futures, timers and handlers bring.
 
 Times: every event carries a time that the history holds, never ``workflow.now()`` (a
 workflow task's clock is not always the one its replay sees: a rejected update's speculative

@@ -47,6 +47,7 @@ from effects.tools import ToolRegistry, builtin_tools
 from effects.trace import StepRecord, TraceReader, replay_exact
 from effects.trace_cli import main as trace_cli
 from reducer.events import ModelCallFailed, ToolFinished, WaitElapsed
+from reducer.protocol import Ledger as ProtocolLedger
 from tests.support.temporal_world import activities_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +119,24 @@ async def check_determinism(
     report = replay_exact(trace)
     assert report.ok, report.describe()
     assert report.complete
+    assert kept_the_protocol(trace) == []
     return histories
+
+
+def kept_the_protocol(trace: Path) -> list[str]:
+    """What the world did wrong by the world protocol (reducer/protocol.py, W-PROTO-5), read
+    from the trace it wrote: each event delivered against the requests the effects before it
+    opened and withdrew (the Ledger check_world keeps)."""
+    ledger = ProtocolLedger()
+    problems = []
+    for rec in TraceReader(trace):
+        if isinstance(rec, StepRecord):
+            if rec.event is not None:
+                wrong = ledger.deliver(rec.event)
+                if wrong is not None:
+                    problems.append(f"step {rec.i}: {type(rec.event).__name__} {wrong}")
+            ledger.issue(rec.effects)
+    return problems
 
 
 def unique(prefix: str) -> str:
@@ -275,8 +293,9 @@ async def test_large_payloads_go_by_reference_and_long_turns_continue_as_new(
 ) -> None:
     """A 300 KB tool result and the conversation that carries it stay out of the history (the
     codec keeps them in the blob store); with rounds_per_run=1 each round is a run of its
-    own, continued as new with the loop state; the trace has one resume record per new run
-    and still replays exactly, and the Replayer accepts every run's history."""
+    own, continued as new with the loop state; the trace has one resume record per new run,
+    each transition once, and still replays exactly, and the Replayer accepts every run's
+    history."""
     script = [
         calls(("Look", {"size": 300_000})),
         calls(("Look", {"say": "small"})),
@@ -302,6 +321,15 @@ async def test_large_payloads_go_by_reference_and_long_turns_continue_as_new(
     assert any(blobs.iterdir())
     report = replay_exact(trace)
     assert report.resumes == 2 and report.terminal is not None
+    # the transitions the steps passed, each once: a continued run's first step passes none
+    # (before the driver loop reported them, the recorder took the carried state's Continue
+    # for a new one and wrote each next_turn twice)
+    recorded = [
+        r.transition.TAG
+        for r in TraceReader(trace)
+        if isinstance(r, StepRecord) and r.transition is not None
+    ]
+    assert recorded == ["next_turn", "next_turn", "completed"]
 
 
 @pytest.mark.anyio
@@ -414,6 +442,28 @@ async def test_a_killed_worker_loses_nothing_and_repeats_no_finished_tool(
     await check_determinism(env.client, handle, trace)
 
 
+@pytest.mark.spec("W-DRIVE-2")
+def test_an_answer_the_inbox_holds_is_dropped_when_its_request_is_withdrawn() -> None:
+    """The workflow is the driver loop's world: an answer that arrived but was not stepped yet
+    (two tools finished in one workflow activation, then a cancel) is never stepped once an
+    effect withdraws its request; unasked events and other answers stay, in order."""
+    from reducer import LoopConfig, Request, start
+    from reducer.effects import CancelTools
+    from reducer.events import Interrupted
+
+    wf = TurnWorkflow()
+    wf._inp = turn_input("go")
+    wf._config = LoopConfig()
+    state, _ = start(Request(prompt="go"), wf._config)
+    done = [ToolFinished(generation=1, tool_use_id=t, content="ok", at_ms=5) for t in ("t1", "t2")]
+    interrupt = Interrupted(kind="hard", at_ms=6)
+    wf._inbox.extend([done[0], interrupt, done[1]])
+    wf.perform(CancelTools(generation=1, tool_use_ids=("t1",), reason="discarded"), state)
+    assert list(wf._inbox) == [interrupt, done[1]]
+    wf.perform(CancelTools(generation=2, tool_use_ids=("t2",), reason="discarded"), state)
+    assert list(wf._inbox) == [interrupt, done[1]]  # another generation's t2: still asked
+
+
 def test_ledger_answers_a_key_once_written(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     assert ledger.get("wf/1/toolu_001") is None
@@ -522,6 +572,34 @@ def test_an_error_once_the_sdk_runs_still_ends_through_os_exit(
     assert codes == [2]
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("steploop: error: cannot reach Temporal at 127.0.0.1:1")
+
+
+def test_start_asks_again_while_no_worker_answers() -> None:
+    """With no worker running, a query or an update gets an error after about 30 s (its
+    status varies); start asks again, telling why, for as long as the turn waits for a
+    worker. Any other error ends it."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    answers: list[Any] = [
+        RPCError("Timeout expired", RPCStatusCode.DEADLINE_EXCEEDED, b""),
+        RPCError("h2 protocol error: http2 error", RPCStatusCode.CANCELLED, b""),
+        RPCError("no poller seen for task queue recently", RPCStatusCode.FAILED_PRECONDITION, b""),
+        ["the items"],
+    ]
+    told: list[str] = []
+
+    async def call() -> Any:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    got = asyncio.run(temporal_cli._patiently(call, told.append, pause_s=0))
+    assert got == ["the items"] and not answers
+    assert told == ["Timeout expired", "h2 protocol error: http2 error", told[2]]
+    answers[:] = [RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")]
+    with pytest.raises(RPCError):
+        asyncio.run(temporal_cli._patiently(call, told.append, pause_s=0))
 
 
 @pytest.mark.anyio
