@@ -126,7 +126,37 @@ def test_api_error_records_are_synthetic_errors() -> None:
         3,
     )
     assert isinstance(msg, AssistantMessage)
-    assert msg.api_error == ErrorInfo(kind="rate_limit", message="API Error: 429")
+    assert msg.api_error == ErrorInfo(kind="rate_limit", message="API Error: 429", category="rate_limit")
+    bare = conv.message(
+        {"type": "assistant", "uuid": "a2", "isApiErrorMessage": True,
+         "message": {"id": "y", "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: image"}]}},
+        4,
+    )  # fmt: skip
+    assert isinstance(bare, AssistantMessage) and bare.api_error is not None
+    assert bare.api_error.category == ""  # no `error` field written
+
+
+@pytest.mark.spec("IMP-19", "R-CATEGORY-1")
+def test_api_errors_are_compared_by_the_category_claude_code_writes() -> None:
+    """The machine's kind is steploop's (``auth``); what is compared is the ``error`` field
+    Claude Code writes (``authentication_failed``), as read from the record."""
+
+    def err(info: ErrorInfo) -> AssistantMessage:
+        return AssistantMessage(
+            id="a", response_id="r", model="<synthetic>", content=(TextBlock(text=info.message),),
+            api_error=info,
+        )  # fmt: skip
+
+    text = "API Error: 401 invalid x-api-key"
+    machine = err(ErrorInfo(kind="auth", message=text, status=401, category="authentication_failed"))
+    record = err(ErrorInfo(kind="authentication_failed", message=text, category="authentication_failed"))
+    assert comparable(machine) == comparable(record)
+    assert comparable(machine) != comparable(err(ErrorInfo(kind="rate_limit", message=text, category="rate_limit")))
+    # "" means Claude Code writes no `error`; a record without one reads as ""
+    none_written = err(ErrorInfo(kind="image_client", message="x", category=""))
+    assert comparable(none_written) == comparable(err(ErrorInfo(kind="unknown", message="x", category="")))
+    # steploop's texts (no category): the kind is what the transcript writer writes
+    assert comparable(err(ErrorInfo(kind="auth", message=text))) != comparable(record)
 
 
 @pytest.mark.spec("IMP-7")
