@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from effects.importer.compare import comparable
@@ -49,6 +50,27 @@ def test_derived_case(name: str) -> None:
         if t.divergence is not None:
             causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
     assert causes == want.get("causes", {})
+
+
+@pytest.mark.spec("Q-13", "IMP-19")
+def test_stop_hook_feedback_reproduces_by_q13(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code writes a blocking hook's feedback before the stop-hook summary: the turn
+    reproduces under the shipped profile (Q-13 on); with the flag off the machine writes the
+    summary first and the divergence is named ``stop-hook-order``."""
+    from effects.importer import session
+
+    name = "stop_hook_feedback.jsonl"
+    assert all(t.reproduced for t in import_file(DERIVED / name, None, name=name).turns)
+    real = config_for
+
+    def without_q13(*a: Any, **kw: Any) -> Any:
+        cfg = real(*a, **kw)
+        return attrs.evolve(cfg, compat=attrs.evolve(cfg.compat, stop_hook_summary_last=False))
+
+    monkeypatch.setattr(session, "config_for", without_q13)
+    rep = import_file(DERIVED / name, None, name=name)
+    causes = [t.divergence.cause for t in rep.turns if t.divergence is not None]
+    assert causes == ["stop-hook-order"]
 
 
 def test_every_derived_file_is_expected() -> None:

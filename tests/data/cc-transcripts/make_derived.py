@@ -198,7 +198,8 @@ def main() -> None:
         reproduced=5,
     )
 
-    # stop-hook feedback: turn 1's hook blocks once, the model answers again, then passes
+    # stop-hook feedback: turn 1's hook blocks once, the model answers again, then passes; Claude
+    # Code writes the feedback before the summary, as the machine does under Q-13
     rs = recs(MAIN)
     at = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("5d50bbbc"))
     summary = rs[at]
@@ -226,8 +227,7 @@ def main() -> None:
         "stop_hook_feedback.jsonl",
         [],
         turns=5,
-        reproduced=4,
-        causes={"stop-hook-order": 1},
+        reproduced=5,
     )
 
     # an API error answers the first prompt, with the `error` category Claude Code 2.1.88 writes
