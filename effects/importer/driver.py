@@ -263,6 +263,16 @@ class TurnDriver:
             drive(self, self._request, self.config, self._session, observer=self._observe)
         except IllegalEvent as e:
             self._stop(f"step() rejects {type(e.event).__name__}: {e}")
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Close the record script. A suspended generator of this driver's own method holds
+        the driver (a reference cycle): left open, the turn's state, events and records would
+        wait for the cycle collector instead of being freed with the driver."""
+        if self._script is not None:
+            self._script.close()
+            self._script = None
 
     def prepare(self, items: list[Item], *, may_answer_empty: bool) -> None:
         """Make this world ready to answer a turn of these records, for :meth:`run` or for

@@ -288,6 +288,29 @@ def test_stats_counts_over_the_imported_folder(traces: Path) -> None:
     assert "compactions 0; tokens: " in text
 
 
+def test_a_finished_turn_is_freed_without_the_cycle_collector() -> None:
+    """The turn driver (its state, events and the turn's records) is freed by reference
+    counting as soon as the importer lets go of it: a reference cycle would keep every turn of a
+    long file until the cycle collector ran, and the peak would grow with the file."""
+    import gc
+    import weakref
+
+    src = read_source(DATA / "spotter" / "tool_heavy.jsonl")
+    (main_thread,) = [t for t in threads(src) if t.kind == "main"]
+    turns = _import_thread(src, main_thread)
+    gc.collect()
+    gc.disable()
+    try:
+        first = next(turns)
+        driver = weakref.ref(first[1])
+        del first
+        next(turns)  # the generator lets go of the first turn before it yields the second
+        assert driver() is None
+    finally:
+        gc.enable()
+        turns.close()
+
+
 # --- the command ---------------------------------------------------------------------------------
 
 
