@@ -202,6 +202,7 @@ def import_file(
         src.problem(None, f"the importer failed following the chain ({type(e).__name__}: {e})")
         report.problems = list(src.problems)
         return report
+    src.index.release_chain()  # the turns need only where each record is
     report.threads = len(ths)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

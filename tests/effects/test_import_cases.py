@@ -88,6 +88,22 @@ def test_nothing_raises_for_a_missing_or_empty_file(tmp_path: Path) -> None:
     assert import_file(tmp_path / "dir.jsonl", None, name="dir.jsonl").problems[0].line is None
 
 
+@pytest.mark.spec("IMP-4", "IMP-5")
+def test_the_uuid_lookup_table_probes_and_finds_repeats() -> None:
+    """Keys that fall on the same slot (and wrap past the table's end) are all found; a key
+    met again is a duplicate of its first row; an absent key is None."""
+    from array import array
+
+    from effects.importer.source import Index
+
+    ix = Index()
+    size = 2 * 4 + 1  # four rows: the table has nine slots
+    ix.uuid = array("Q", [8, 8 + size, 8 + 2 * size, 8])  # all on the last slot
+    assert [ix.find(k) for k in (8, 8 + size, 8 + 2 * size)] == [0, 1, 2]
+    assert ix.find(8 + 3 * size) is None and ix.find(5) is None
+    assert ix.duplicates() == [(3, 0)]
+
+
 # --- IMP-6, IMP-7, IMP-8: records as messages ----------------------------------------------------
 
 
