@@ -22,7 +22,7 @@ stops there and says why; the trace then ends without an end record.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any, TypeAlias
 
 import attrs
@@ -149,7 +149,7 @@ class TurnDriver:
         self._line: int | None = None
         self._request = request
         self._session = session
-        self._script: Iterator[Fed] | None = None
+        self._script: Generator[Fed, None, None] | None = None
         self._rules: dict[int, tuple[str, ...]] = {}  # id(event) -> the rules that inferred it
         self.state: LoopState
 
@@ -282,7 +282,7 @@ class TurnDriver:
         self._hook_stopped = _hook_stopped_results(items)
         self._script = self._feed_all(items, may_answer_empty)
 
-    def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Iterator[Fed]:
+    def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Generator[Fed, None, None]:
         i = 0
         while i < len(items) and self.active:
             it = items[i]
