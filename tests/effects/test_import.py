@@ -308,7 +308,6 @@ def test_a_finished_turn_is_freed_without_the_cycle_collector() -> None:
         assert driver() is None
     finally:
         gc.enable()
-        turns.close()
 
 
 # --- the command ---------------------------------------------------------------------------------
