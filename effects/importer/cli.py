@@ -47,26 +47,20 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
         if not f.transcript:
             table.add_row(f.file, "-", "-", "-", Text("not a transcript", style="yellow"))
             continue
-        causes: dict[str, int] = {}
-        for t in f.turns:
-            if t.divergence is not None:
-                causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
-        ended = sum(1 for t in f.turns if t.terminal is not None)
-        rep = sum(1 for t in f.turns if t.reproduced)
         table.add_row(
             f.file,
-            str(len(f.turns)),
-            str(ended),
-            Text(str(rep), style="green" if rep == len(f.turns) else "yellow"),
-            ", ".join(f"{c} {n}" for c, n in sorted(causes.items())),
+            str(f.turns),
+            str(f.ended),
+            Text(str(f.reproduced), style="green" if f.reproduced == f.turns else "yellow"),
+            ", ".join(f"{c} {n}" for c, n in sorted(f.causes.items())),
         )
     console.print(table)
     turns = summary.turns
     console.print(
         Text(
-            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {len(turns)} "
+            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {turns} "
             f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
-            f"({_pct(summary.reproduced, len(turns))})",
+            f"({_pct(summary.reproduced, turns)})",
             style="bold",
         )
     )
@@ -84,8 +78,9 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
             "(listed on stderr)"
         )
     if out_dir is not None:
-        written = sum(1 for t in turns if t.trace is not None)
-        console.print(Text(f"{written} trace(s) and import-report.json written to {out_dir}"))
+        console.print(
+            Text(f"{summary.traces} trace(s) and import-report.json written to {out_dir}")
+        )
 
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:

@@ -163,18 +163,22 @@ def _query_source(src: SourceFile, thread: Thread) -> str:
 
 
 class _Names:
+    """The trace names of one import: a file's traces share its stem (``<stem>.t001``,
+    ``<stem>.side1.t001``, unique within the file), so only stems are remembered: a stem an
+    earlier file of the import took becomes ``<stem>-2``, ``<stem>-3``, ... One entry per file,
+    not per trace."""
+
     def __init__(self, out: Path) -> None:
         self.out = out
         self.used: set[str] = set()
 
-    def take(self, stem: str) -> Path:
-        name = f"{stem}.jsonl"
-        n = 2
+    def stem(self, stem: str) -> str:
+        name, n = stem, 2
         while name in self.used:
-            name = f"{stem}-{n}.jsonl"
+            name = f"{stem}-{n}"
             n += 1
         self.used.add(name)
-        return self.out / name
+        return name
 
 
 def import_file(
@@ -210,11 +214,13 @@ def import_file(
         names = _Names(out_dir)
     side = 0
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(src.name).stem)
+    if names is not None:
+        stem = names.stem(stem)
     for th in ths:
         if th.kind != "main":
             side += 1
         try:
-            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, names, report)
+            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, report)
         except OSError as e:  # the output folder: full, read-only, ...
             src.problem(None, f"cannot write the traces: {e.strerror or e}")
         except Exception as e:  # a bug of the importer must not end the import with a traceback
@@ -233,14 +239,13 @@ def _import_turns(
     tag: str,
     stem: str,
     out_dir: Path | None,
-    names: _Names | None,
     report: FileReport,
 ) -> None:
     for turn in _import_thread(src, th):
         rep, driver, cfg, request, session, _seg = turn
         path_out: Path | None = None
-        if out_dir is not None and names is not None:
-            path_out = names.take(f"{stem}{tag}.t{rep.turn:03d}")
+        if out_dir is not None:
+            path_out = out_dir / f"{stem}{tag}.t{rep.turn:03d}.jsonl"
             prov = make_provenance(
                 source=src.name,
                 source_lines=f"{rep.lines[0]}-{rep.lines[1]}",

@@ -214,7 +214,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("imported")
     names = ["spotter/tool_heavy.jsonl", "fasthooks/sample_main_transcript.jsonl", "spotter/subagent.jsonl"]
     summary = import_paths([DATA / n for n in names], out)
-    assert len(summary.turns) == 9
+    assert summary.turns == 9 and summary.traces == 9
     return out
 
 
@@ -343,6 +343,39 @@ def test_import_command_table_and_exit_codes(
     assert main(["import", str(src), "-o", str(src / "out")], io.StringIO()) == 0
 
 
+def test_a_folder_import_keeps_counts_and_streams_its_report(tmp_path: Path) -> None:
+    """The summary keeps counts per file (each file's turns go to ``on_file`` and to the report
+    as the file is done); two files with the same stem get distinct trace names; the report is
+    renamed into place only when complete, and an import that fails leaves no partial one."""
+    for sub in ("a", "b"):
+        (tmp_path / "in" / sub).mkdir(parents=True)
+        shutil.copy(DATA / "spotter" / "tool_heavy.jsonl", tmp_path / "in" / sub)
+    seen: list[FileReport] = []
+    out = tmp_path / "out"
+    summary = import_paths([tmp_path / "in"], out, on_file=seen.append)
+    assert [len(r.turns) for r in seen] == [2, 2] and summary.turns == 4
+    assert all(not hasattr(f, "__dict__") for f in summary.files)  # slotted counts, no turns
+    assert sorted(p.name for p in out.glob("*.jsonl")) == [
+        "tool_heavy-2.t001.jsonl", "tool_heavy-2.t002.jsonl",
+        "tool_heavy.t001.jsonl", "tool_heavy.t002.jsonl",
+    ]  # fmt: skip
+    report = json.loads((out / "import-report.json").read_text(encoding="utf-8"))
+    assert [r["file"] for r in report["reports"]] == ["a/tool_heavy.jsonl", "b/tool_heavy.jsonl"]
+    assert report["turns"] == 4 and report["reproduced"] == 4 and report["files"] == 2
+    assert [t["trace"] for t in report["reports"][1]["turns"]] == [
+        "tool_heavy-2.t001.jsonl", "tool_heavy-2.t002.jsonl"
+    ]
+
+    def fail(_: FileReport) -> None:
+        raise KeyboardInterrupt
+
+    again = tmp_path / "again"
+    with pytest.raises(KeyboardInterrupt):
+        import_paths([tmp_path / "in"], again, on_file=fail)
+    assert not (again / "import-report.json").exists()
+    assert not (again / "import-report.json.partial").exists()
+
+
 # --- round trip -------------------------------------------------------------------------------
 
 
@@ -375,9 +408,10 @@ def test_a_steploop_run_written_as_a_transcript_imports_back(tmp_path: Path) -> 
                         item.allow()
 
     anyio.run(go)
-    summary = import_paths([tmp_path / "session.jsonl"], tmp_path / "out")
-    assert summary.problems == [] and len(summary.turns) == 1
-    turn = summary.turns[0]
+    reports: list[FileReport] = []
+    summary = import_paths([tmp_path / "session.jsonl"], tmp_path / "out", on_file=reports.append)
+    assert summary.problems == [] and summary.turns == 1
+    (turn,) = reports[0].turns
     assert turn.reproduced, turn.divergence
     imported_trace = tmp_path / "out" / "session.t001.jsonl"
     assert replay_exact(imported_trace).ok
