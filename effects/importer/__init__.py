@@ -163,6 +163,20 @@ class _Report:
         self.partial.unlink(missing_ok=True)
 
 
+def _within(
+    progress: Callable[[int, int, str], None], before: int, size: int, total: int, name: str
+) -> Callable[[float], None]:
+    """Progress inside one file: its bytes counted in proportion to the part read."""
+    return lambda part: progress(before + int(size * part), total, name)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reported when the file is read
+
+
 def find_sources(
     paths: Iterable[str | os.PathLike[str]], exclude: Path | None = None
 ) -> Iterator[tuple[Path, str]]:
@@ -192,9 +206,10 @@ def import_paths(
     """Import every session file under ``paths`` into ``out_dir`` (one trace per user turn and
     ``import-report.json``); ``out_dir=None`` compares only and writes nothing.
 
-    ``progress(done, total, name)`` is called before each file and once at the end;
-    ``on_file(report)`` with each file's full report (its turns, their verdicts) when the file
-    is done. The summary keeps counts per file, so memory does not grow with the number of
+    ``progress(done, total, name)`` counts bytes of the files: it is called before each file,
+    after each of its turns (the file's bytes counted in proportion to its lines read) and once
+    at the end (``done == total``); ``on_file(report)`` with each file's full report (its turns,
+    their verdicts) when the file is done. The summary keeps counts per file, so memory does not grow with the number of
     turns. A path that does not exist is listed in ``missing``; nothing raises for bad content.
     """
     out = Path(out_dir) if out_dir is not None else None
@@ -209,11 +224,17 @@ def import_paths(
         sources.extend(find_sources([raw], exclude=out))
     names = _Names(out) if out is not None else None
     report = _Report(out) if out is not None else None
+    sizes = [_size(path) for path, _ in sources]
+    total = sum(sizes)
+    before = 0  # bytes of the files already imported
     try:
-        for k, (path, name) in enumerate(sources):
+        for (path, name), size in zip(sources, sizes, strict=True):
+            on_turn = None
             if progress is not None:
-                progress(k, len(sources), name)
-            rep = import_file(path, out, name=name, names=names)
+                progress(before, total, name)
+                on_turn = _within(progress, before, size, total, name)
+            rep = import_file(path, out, name=name, names=names, on_turn=on_turn)
+            before += size
             if on_file is not None:
                 on_file(rep)
             if report is not None:
@@ -221,7 +242,7 @@ def import_paths(
             summary.files.append(FileSummary.of(rep))
             del rep  # the next file's turns do not wait for this one's
         if progress is not None:
-            progress(len(sources), len(sources), "")
+            progress(total, total, "")
     except BaseException:
         if report is not None:
             report.abandon()

@@ -35,14 +35,11 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
 
     console = console_for(out)
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
-    for name, justify in (
-        ("file", "left"),
-        ("turns", "right"),
-        ("ended", "right"),
-        ("reproduced", "right"),
-        ("first divergences", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    # on a narrow terminal the names fold onto more lines; the counts and headers stay whole
+    table.add_column("file", overflow="fold")
+    for name in ("turns", "ended", "reproduced"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    table.add_column("first divergences", overflow="fold")
     for f in summary.files:
         if not f.transcript:
             table.add_row(f.file, "-", "-", "-", Text("not a transcript", style="yellow"))
@@ -87,19 +84,32 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     out_dir: Path | None = None if args.no_traces else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: exists and is not a directory")
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CliError(f"{out_dir}: cannot create the output folder: {e.strerror or e}") from None
     err = sys.stderr
     show = bool(args.progress) or err.isatty()
     bar: ProgressBar | None = None
+    scale = 1
+    shown = 0
 
     def progress(done: int, total: int, _name: str) -> None:
-        nonlocal bar
+        # by bytes, so that one large file among many small ones moves the bar too
+        nonlocal bar, scale, shown
         if bar is None:
-            bar = ProgressBar(total, "importing", "files", err, show)
-        elif done:
-            bar.advance()
+            scale = 1_000_000 if total >= 10_000_000 else 1_000
+            bar = ProgressBar(-(-total // scale), "importing", "MB" if scale > 1_000 else "kB", err, show)
+        now = -(-done // scale) if done == total else done // scale
+        if now > shown:
+            bar.advance(now - shown)
+            shown = now
 
     try:
         summary = import_paths(args.paths, out_dir, progress=progress)
+    except OSError as e:  # the output folder: removed, full, read-only while importing
+        raise CliError(f"{out_dir}: cannot write: {e.strerror or e}") from None
     finally:
         if bar is not None:
             bar.close()

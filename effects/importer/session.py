@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,14 +181,22 @@ class _Names:
         return name
 
 
+def _in_line_order(problems: list[Problem]) -> list[Problem]:
+    """A file's problems as a reader meets them: the file's own first, then by line (the
+    passes that find them, reading, the chain, the turns, go through the file separately)."""
+    return sorted(problems, key=lambda p: -1 if p.line is None else p.line)
+
+
 def import_file(
     path: str | Path,
     out_dir: Path | None,
     *,
     name: str | None = None,
     names: _Names | None = None,
+    on_turn: Callable[[float], None] | None = None,
 ) -> FileReport:
-    """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing)."""
+    """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing).
+    ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far."""
     src = read_source(path, name)
     report = FileReport(
         file=src.name,
@@ -198,13 +206,13 @@ def import_file(
         counts=dict(src.counts),
     )
     if not src.is_transcript:
-        report.problems = list(src.problems)
+        report.problems = _in_line_order(src.problems)
         return report
     try:
         ths = threads(src)
     except Exception as e:  # a bug of the importer must not end the import with a traceback
         src.problem(None, f"the importer failed following the chain ({type(e).__name__}: {e})")
-        report.problems = list(src.problems)
+        report.problems = _in_line_order(src.problems)
         return report
     src.index.release_chain()  # the turns need only where each record is
     report.threads = len(ths)
@@ -220,7 +228,7 @@ def import_file(
         if th.kind != "main":
             side += 1
         try:
-            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, report)
+            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, report, on_turn)
         except OSError as e:  # the output folder: full, read-only, ...
             src.problem(None, f"cannot write the traces: {e.strerror or e}")
         except Exception as e:  # a bug of the importer must not end the import with a traceback
@@ -229,7 +237,7 @@ def import_file(
                 f"the importer failed on this thread ({type(e).__name__}: {e}); its remaining "
                 "turns are not imported (please report this)",
             )
-    report.problems = list(src.problems)
+    report.problems = _in_line_order(src.problems)
     return report
 
 
@@ -240,6 +248,7 @@ def _import_turns(
     stem: str,
     out_dir: Path | None,
     report: FileReport,
+    on_turn: Callable[[float], None] | None = None,
 ) -> None:
     for turn in _import_thread(src, th):
         rep, driver, cfg, request, session, _seg = turn
@@ -262,6 +271,8 @@ def _import_turns(
             record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
             rep.trace = path_out.name
         report.turns.append(rep)
+        if on_turn is not None and src.lines:
+            on_turn(min(1.0, rep.lines[1] / src.lines))
         del turn, driver, cfg, request, session, _seg  # release the turn before the next
 
 

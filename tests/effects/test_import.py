@@ -158,7 +158,7 @@ def test_a_missing_logical_parent_is_bridged_and_the_compaction_reproduces() -> 
 @pytest.mark.spec("IMP-4")
 def test_a_fork_whose_parents_are_in_the_main_file_is_bridged() -> None:
     rep = imported("spotter/258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-acompact-fffbd0.jsonl")
-    assert [(p.line, p.severity) for p in rep.problems] == [(3, "note"), (2, "note")]
+    assert [(p.line, p.severity) for p in rep.problems] == [(2, "note"), (3, "note")]  # line order
     assert rep.turns[0].reproduced
 
 
@@ -374,6 +374,31 @@ def test_a_folder_import_keeps_counts_and_streams_its_report(tmp_path: Path) -> 
         import_paths([tmp_path / "in"], again, on_file=fail)
     assert not (again / "import-report.json").exists()
     assert not (again / "import-report.json.partial").exists()
+
+
+def test_import_command_progress_names_and_output_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar counts bytes (ending at the total); long names fold instead of squeezing the
+    headers; an output folder that cannot be made is one line and exit 2."""
+    deep = tmp_path / ("-home-someone-with-a-long-project-name-" * 2) / "subagents"
+    deep.mkdir(parents=True)
+    shutil.copy(DATA / "spotter" / "tool_heavy.jsonl", deep / "agent-a0123456789abcdef.jsonl")
+    out = io.StringIO()
+    assert main(["import", str(tmp_path), "--no-traces", "--progress"], out) == 0
+    err = capsys.readouterr().err
+    total = -(-(deep / "agent-a0123456789abcdef.jsonl").stat().st_size // 1000)
+    assert err.rstrip().endswith(f"] {total}/{total} kB")
+    header = out.getvalue().splitlines()[0].split()
+    assert header == ["file", "turns", "ended", "reproduced", "first", "divergences"]
+    assert "agent-a0123456789abcdef.jsonl" in out.getvalue().replace("\n", "").replace(" ", "")
+    (tmp_path / "a-file").write_text("")
+    code = main(["import", str(deep), "-o", str(tmp_path / "a-file" / "out")], io.StringIO())
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"steploop: error: {tmp_path / 'a-file' / 'out'}: cannot create the output folder: "
+        "Not a directory\n"
+    )
 
 
 # --- round trip -------------------------------------------------------------------------------
