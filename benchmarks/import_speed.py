@@ -137,7 +137,7 @@ def _child(path: str, out: str, replay: bool) -> dict[str, Any]:
         "bytes": os.path.getsize(path),
         "import_s": round(elapsed, 3),
         "records_per_s": round(lines / elapsed),
-        "turns": len(summary.turns),
+        "turns": summary.turns,
         "reproduced": summary.reproduced,
         "baseline_kib": base,
         "peak_kib": _high_water_kib(),

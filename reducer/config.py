@@ -128,7 +128,7 @@ class Gates:
 class Compat:
     """Compatibility flags: each reproduces one flaw of the reference (facts file section 11).
 
-    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-12).
+    All are off in the default machine and on in :func:`claude_code_2_1_88` (specs/ Q-1..Q-13).
     """
 
     reescalate_after_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-1
@@ -143,6 +143,7 @@ class Compat:
     summary_dropped_on_abort: bool = attrs.field(default=False, validator=_bool)  # Q-10
     stop_hook_active_cleared_by_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-11
     nonsafe_tools_start_mid_stream: bool = attrs.field(default=False, validator=_bool)  # Q-12
+    stop_hook_summary_last: bool = attrs.field(default=False, validator=_bool)  # Q-13
 
 
 @attrs.frozen(kw_only=True)

@@ -1320,6 +1320,16 @@ def _no_tool_use(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     return _round_end(s, cfg, fx, now)
 
 
+def _stop_hook_summary(s: LoopState, e: StopHooksFinished, fx: FX) -> LoopState:
+    """Emit the stop-hook summary when a hook ran (never sent to the model)."""
+    if e.hook_count:
+        s, summary = _system(
+            s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion"
+        )
+        fx.append(Emit(item=summary))
+    return s
+
+
 def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
     if e.hooks_id != s.round.pending_id:
         raise IllegalEvent(
@@ -1329,21 +1339,25 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
         s, warn = _system(s, "stop_hook_error", f"Stop hook failed: {e.error}", "warning")
         fx.append(Emit(item=warn))
     extra: list[Message] = []
-    if e.hook_count:
-        s, summary = _system(
-            s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion"
-        )
-        fx.append(Emit(item=summary))
+    cap = cfg.stop_hook_block_cap
+    capped = bool(e.blocking_errors) and cap is not None and s.stop_hook_blocks >= cap
+    # [Q-13] the summary follows the hooks' own messages (the prevent attachment, the feedback)
+    summary_last = cfg.compat.stop_hook_summary_last and (
+        e.prevent or (bool(e.blocking_errors) and not capped)
+    )
+    if not summary_last:
+        s = _stop_hook_summary(s, e, fx)
     if e.prevent:  # [T-PREVENT-1]
         s, att = _attachment(
             s, "hook_stopped_continuation", (("hookName", "Stop"), ("stopReason", e.stop_reason))
         )
         fx.append(Emit(item=att))
+        if summary_last:
+            s = _stop_hook_summary(s, e, fx)
         s = _commit(s, [*extra, att])
         return _finish(s, cfg, fx, StopHookPrevented)
     if e.blocking_errors:
-        cap = cfg.stop_hook_block_cap
-        if cap is not None and s.stop_hook_blocks >= cap:  # [G11] the cap
+        if capped:  # [G11] the cap
             s, notice = _system(
                 s,
                 "stop_hook_cap",
@@ -1357,6 +1371,8 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
             s, fb = _user(s, f"Stop hook feedback:\n{text}", origin="stop_hook_feedback", meta=True)
             fx.append(Emit(item=fb))
             extra.append(fb)
+        if summary_last:
+            s = _stop_hook_summary(s, e, fx)
         s = _commit(s, extra)
         s = evolve(s, stop_hook_blocks=s.stop_hook_blocks + 1)
         return _continue(s, cfg, fx, StopHookBlocking, e.at_ms)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "CAUSES",
     "IMPORTER",
     "FileReport",
+    "FileSummary",
     "ImportSummary",
     "Problem",
     "TurnReport",
@@ -44,16 +46,47 @@ __all__ = [
 ]
 
 
+@attrs.define(slots=True)
+class FileSummary:
+    """What the summary keeps of one file once its report is written: counts, not turns (a
+    folder of many files is imported in memory that does not grow with its turns)."""
+
+    file: str
+    transcript: bool
+    turns: int
+    ended: int
+    reproduced: int
+    traces: int
+    causes: dict[str, int]
+    problems: list[Problem]
+
+    @classmethod
+    def of(cls, report: FileReport) -> FileSummary:
+        return cls(
+            file=report.file,
+            transcript=report.transcript,
+            turns=len(report.turns),
+            ended=sum(1 for t in report.turns if t.terminal is not None),
+            reproduced=sum(1 for t in report.turns if t.reproduced),
+            traces=sum(1 for t in report.turns if t.trace is not None),
+            causes=dict(
+                Counter(t.divergence.cause for t in report.turns if t.divergence is not None)
+            ),
+            problems=report.problems,
+        )
+
+
 @attrs.define
 class ImportSummary:
-    """What an import did, file by file and turn by turn."""
+    """What an import did, file by file (the turns are in each file's report: ``on_file``
+    and ``import-report.json``)."""
 
-    files: list[FileReport] = attrs.field(factory=list)
+    files: list[FileSummary] = attrs.field(factory=list)
     missing: list[str] = attrs.field(factory=list)
 
     @property
-    def turns(self) -> list[TurnReport]:
-        return [t for f in self.files for t in f.turns]
+    def turns(self) -> int:
+        return sum(f.turns for f in self.files)
 
     @property
     def problems(self) -> list[Problem]:
@@ -65,34 +98,83 @@ class ImportSummary:
 
     @property
     def reproduced(self) -> int:
-        return sum(1 for t in self.turns if t.reproduced)
+        return sum(f.reproduced for f in self.files)
 
     @property
     def ended(self) -> int:
-        return sum(1 for t in self.turns if t.terminal is not None)
+        return sum(f.ended for f in self.files)
+
+    @property
+    def traces(self) -> int:
+        return sum(f.traces for f in self.files)
 
     def causes(self) -> Counter[str]:
-        return Counter(t.divergence.cause for t in self.turns if t.divergence is not None)
+        out: Counter[str] = Counter()
+        for f in self.files:
+            out.update(f.causes)
+        return out
 
     def errors(self) -> int:
         return sum(1 for p in self.problems if p.severity == "error")
 
-    def to_json(self) -> dict[str, Any]:
-        turns = self.turns
+    def totals(self) -> dict[str, Any]:
+        """The report's totals (``import-report.json`` beside the per-file ``reports``)."""
+        probs = self.problems
         return {
-            "importer": IMPORTER,
             "files": len(self.files),
             "transcripts": self.transcripts,
-            "turns": len(turns),
+            "turns": self.turns,
             "ended": self.ended,
             "reproduced": self.reproduced,
             "causes": dict(self.causes()),
             "problems": {
-                sev: sum(1 for p in self.problems if p.severity == sev)
+                sev: sum(1 for p in probs if p.severity == sev)
                 for sev in ("error", "warning", "note")
             },
-            "reports": [f.to_json() for f in self.files],
         }
+
+
+class _Report:
+    """``import-report.json`` written as the import goes: each file's report when the file is
+    done (so no report waits in memory), the totals at the end. Written under a temporary name
+    and renamed when complete, so the file is never a truncated JSON document."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "import-report.json"
+        self.partial = out / "import-report.json.partial"
+        self.f = self.partial.open("w", encoding="utf-8")
+        self.f.write('{\n "importer": ' + json.dumps(IMPORTER) + ',\n "reports": [')
+        self.first = True
+
+    def add(self, report: FileReport) -> None:
+        text = json.dumps(report.to_json(), indent=1, ensure_ascii=False)
+        self.f.write(("\n" if self.first else ",\n") + textwrap.indent(text, "  "))
+        self.first = False
+
+    def finish(self, summary: ImportSummary) -> None:
+        self.f.write("\n ],\n")
+        totals = json.dumps(summary.totals(), indent=1, ensure_ascii=False)
+        self.f.write(totals[2:] + "\n")  # its members, after the reports: '{\n' left out
+        self.f.close()
+        os.replace(self.partial, self.path)
+
+    def abandon(self) -> None:
+        self.f.close()
+        self.partial.unlink(missing_ok=True)
+
+
+def _within(
+    progress: Callable[[int, int, str], None], before: int, size: int, total: int, name: str
+) -> Callable[[float], None]:
+    """Progress inside one file: its bytes counted in proportion to the part read."""
+    return lambda part: progress(before + int(size * part), total, name)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reported when the file is read
 
 
 def find_sources(
@@ -119,12 +201,16 @@ def import_paths(
     out_dir: str | os.PathLike[str] | None,
     *,
     progress: Callable[[int, int, str], None] | None = None,
+    on_file: Callable[[FileReport], None] | None = None,
 ) -> ImportSummary:
     """Import every session file under ``paths`` into ``out_dir`` (one trace per user turn and
     ``import-report.json``); ``out_dir=None`` compares only and writes nothing.
 
-    ``progress(done, total, name)`` is called before each file and once at the end. A path that
-    does not exist is listed in ``missing``; nothing raises for bad content.
+    ``progress(done, total, name)`` counts bytes of the files: it is called before each file,
+    after each of its turns (the file's bytes counted in proportion to its lines read) and once
+    at the end (``done == total``); ``on_file(report)`` with each file's full report (its turns,
+    their verdicts) when the file is done. The summary keeps counts per file, so memory does not grow with the number of
+    turns. A path that does not exist is listed in ``missing``; nothing raises for bad content.
     """
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
@@ -137,14 +223,30 @@ def import_paths(
             continue
         sources.extend(find_sources([raw], exclude=out))
     names = _Names(out) if out is not None else None
-    for k, (path, name) in enumerate(sources):
+    report = _Report(out) if out is not None else None
+    sizes = [_size(path) for path, _ in sources]
+    total = sum(sizes)
+    before = 0  # bytes of the files already imported
+    try:
+        for (path, name), size in zip(sources, sizes, strict=True):
+            on_turn = None
+            if progress is not None:
+                progress(before, total, name)
+                on_turn = _within(progress, before, size, total, name)
+            rep = import_file(path, out, name=name, names=names, on_turn=on_turn)
+            before += size
+            if on_file is not None:
+                on_file(rep)
+            if report is not None:
+                report.add(rep)
+            summary.files.append(FileSummary.of(rep))
+            del rep  # the next file's turns do not wait for this one's
         if progress is not None:
-            progress(k, len(sources), name)
-        summary.files.append(import_file(path, out, name=name, names=names))
-    if progress is not None:
-        progress(len(sources), len(sources), "")
-    if out is not None:
-        (out / "import-report.json").write_text(
-            json.dumps(summary.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+            progress(total, total, "")
+    except BaseException:
+        if report is not None:
+            report.abandon()
+        raise
+    if report is not None:
+        report.finish(summary)
     return summary

@@ -35,8 +35,8 @@ CAUSES: dict[str, str] = {
         "concurrency traits (IMP-12) do not match how Claude Code ran it"
     ),
     "stop-hook-order": (
-        "the machine writes the stop-hook summary before the hooks' feedback; Claude Code writes "
-        "the feedback first"
+        "the stop-hook summary and the hooks' feedback are in another order than the machine's "
+        "under Q-13 (Claude Code 2.1.88 writes the feedback first)"
     ),
     "cut-off": "the transcript ends inside the turn (the session was closed or killed)",
     "unknown-call": (
@@ -79,6 +79,8 @@ def _cause(div: Divergence, driver: TurnDriver, items: list[Item]) -> str:
         return "api-error-text"
     if SIBLING_CANCEL_PREFIX[18:40] in exp or SIBLING_CANCEL_PREFIX[18:40] in got:
         return "sibling-cancel"
-    if "stop_hook_summary" in got and "Stop hook feedback" in exp:
+    if ("stop_hook_summary" in got and "Stop hook feedback" in exp) or (
+        "stop_hook_summary" in exp and "Stop hook feedback" in got
+    ):
         return "stop-hook-order"
     return "unexplained"

@@ -63,7 +63,7 @@ def _groups(src: SourceFile, skip: set[int]) -> dict[int, array[int]]:
     """Rows by thread: 0 is the main thread; sidechains are grouped by agent id, or by the
     root they descend from when the records name no agent."""
     ix = src.index
-    out: dict[int, array[int]] = defaultdict(lambda: array("l"))
+    out: dict[int, array[int]] = defaultdict(lambda: array("i"))
     agentless_root: dict[int, int] = {}  # row -> group of agentless sidechain rows
     next_group = len(ix.agents) + 1
     for row in range(len(ix)):
@@ -98,7 +98,7 @@ def threads(src: SourceFile) -> list[Thread]:
             f"uuid {uid} was already used at line {ix.line[first]}; this record is skipped",
         )
         skip.add(row)
-    group_of = array("l", [-1]) * len(ix)
+    group_of = array("i", [-1]) * len(ix)
     groups = _groups(src, skip)
     for g, members in groups.items():
         for r in members:
@@ -173,7 +173,7 @@ def _follow(src: SourceFile, g: int, members: array[int], group_of: array[int]) 
         if kept[r]:
             context[r] = ix.response[r] if ix.type[r] == ASSISTANT else parent_ctx
     _report_left_out(src, members, kept, group_of, g)
-    rows = array("l", (r for r in members if kept[r]))
+    rows = array("i", (r for r in members if kept[r]))
     versions = tuple(sorted({v for r in rows if (v := ix.version_of(r)) is not None}))
     agent = next((a for r in rows if (a := ix.agent_of(r)) is not None), None)
     return Thread(

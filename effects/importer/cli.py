@@ -35,38 +35,29 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
 
     console = console_for(out)
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
-    for name, justify in (
-        ("file", "left"),
-        ("turns", "right"),
-        ("ended", "right"),
-        ("reproduced", "right"),
-        ("first divergences", "left"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    # on a narrow terminal the names fold onto more lines; the counts and headers stay whole
+    table.add_column("file", overflow="fold")
+    for name in ("turns", "ended", "reproduced"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    table.add_column("first divergences", overflow="fold")
     for f in summary.files:
         if not f.transcript:
             table.add_row(f.file, "-", "-", "-", Text("not a transcript", style="yellow"))
             continue
-        causes: dict[str, int] = {}
-        for t in f.turns:
-            if t.divergence is not None:
-                causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
-        ended = sum(1 for t in f.turns if t.terminal is not None)
-        rep = sum(1 for t in f.turns if t.reproduced)
         table.add_row(
             f.file,
-            str(len(f.turns)),
-            str(ended),
-            Text(str(rep), style="green" if rep == len(f.turns) else "yellow"),
-            ", ".join(f"{c} {n}" for c, n in sorted(causes.items())),
+            str(f.turns),
+            str(f.ended),
+            Text(str(f.reproduced), style="green" if f.reproduced == f.turns else "yellow"),
+            ", ".join(f"{c} {n}" for c, n in sorted(f.causes.items())),
         )
     console.print(table)
     turns = summary.turns
     console.print(
         Text(
-            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {len(turns)} "
+            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {turns} "
             f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
-            f"({_pct(summary.reproduced, len(turns))})",
+            f"({_pct(summary.reproduced, turns)})",
             style="bold",
         )
     )
@@ -84,27 +75,41 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
             "(listed on stderr)"
         )
     if out_dir is not None:
-        written = sum(1 for t in turns if t.trace is not None)
-        console.print(Text(f"{written} trace(s) and import-report.json written to {out_dir}"))
+        console.print(
+            Text(f"{summary.traces} trace(s) and import-report.json written to {out_dir}")
+        )
 
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     out_dir: Path | None = None if args.no_traces else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: exists and is not a directory")
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CliError(f"{out_dir}: cannot create the output folder: {e.strerror or e}") from None
     err = sys.stderr
     show = bool(args.progress) or err.isatty()
     bar: ProgressBar | None = None
+    scale = 1
+    shown = 0
 
     def progress(done: int, total: int, _name: str) -> None:
-        nonlocal bar
+        # by bytes, so that one large file among many small ones moves the bar too
+        nonlocal bar, scale, shown
         if bar is None:
-            bar = ProgressBar(total, "importing", "files", err, show)
-        elif done:
-            bar.advance()
+            scale = 1_000_000 if total >= 10_000_000 else 1_000
+            bar = ProgressBar(-(-total // scale), "importing", "MB" if scale > 1_000 else "kB", err, show)
+        now = -(-done // scale) if done == total else done // scale
+        if now > shown:
+            bar.advance(now - shown)
+            shown = now
 
     try:
         summary = import_paths(args.paths, out_dir, progress=progress)
+    except OSError as e:  # the output folder: removed, full, read-only while importing
+        raise CliError(f"{out_dir}: cannot write: {e.strerror or e}") from None
     finally:
         if bar is not None:
             bar.close()

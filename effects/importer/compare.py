@@ -5,7 +5,8 @@ turn that the loop writes (the prompt, response blocks, tool results, interrupt 
 stop-hook feedback and summaries, compaction records, inserted messages, API errors). Ids are
 left out (steploop numbers its messages, Claude Code uses uuids), and so is what the transcript
 does not hold or what the machine was given rather than decided: ``origin``, usage and stop
-reasons (inputs), the stop-hook summary's text (Claude Code writes none).
+reasons (inputs), the stop-hook summary's text (Claude Code writes none). An API error is
+compared by what Claude Code writes for it: its ``error`` category (R-CATEGORY-1) and its text.
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ from reducer.canonical import to_data
 from reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
+    ErrorInfo,
     Message,
     SystemMessage,
     UserMessage,
 )
 
-__all__ = ["COMPARED_KINDS", "Divergence", "comparable", "first_difference", "summarize"]
+__all__ = [
+    "COMPARED_KINDS",
+    "Divergence",
+    "comparable",
+    "error_field",
+    "first_difference",
+    "summarize",
+]
 
 #: Item kinds the machine writes itself, so they are compared (IMP-19).
 COMPARED_KINDS = frozenset(
@@ -63,12 +72,24 @@ class Divergence:
         return f"{where}{at}: expected {self.expected}; the machine {self.got}"
 
 
+def error_field(err: ErrorInfo) -> str | None:
+    """The ``error`` field a transcript record holds for this API error (None: none written).
+
+    As the transcript writer writes it (R-CATEGORY-1): Claude Code's category where the message
+    has one ("" means Claude Code writes none), else steploop's kind. An imported record's
+    ``category`` is the field as read, so both sides compare what Claude Code writes.
+    """
+    if err.category is None:
+        return err.kind
+    return err.category or None
+
+
 def comparable(m: Message) -> tuple[Any, ...]:
     """What is compared of a message (IMP-19)."""
     if isinstance(m, UserMessage):
         return ("user", to_data(m.content), m.is_meta)
     if isinstance(m, AssistantMessage):
-        err = None if m.api_error is None else (m.api_error.kind, m.api_error.message)
+        err = None if m.api_error is None else (error_field(m.api_error), m.api_error.message)
         return ("assistant", m.model, to_data(m.content), err)
     if isinstance(m, SystemMessage):
         if m.subtype == "compact_boundary":
@@ -103,7 +124,9 @@ def summarize(m: Message | None, limit: int = 90) -> str:
         return f"user{' (meta)' if m.is_meta else ''} [{' | '.join(parts)}]"
     if isinstance(m, AssistantMessage):
         if m.api_error is not None:
-            return f"API error {m.api_error.kind} [{short(m.api_error.message)}]"
+            field = error_field(m.api_error)
+            name = "(no error field)" if field is None else field
+            return f"API error {name} [{short(m.api_error.message)}]"
         d = to_data(m.content[0]) if m.content else {"type": "empty"}
         if d.get("type") == "tool_use":
             return f"assistant tool_use {d['name']} {d['id']}"

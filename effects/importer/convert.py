@@ -219,6 +219,8 @@ class Converter:
                     kind=err if isinstance(err, str) else "unknown",
                     message=text,
                     status=status if isinstance(status, int) else None,
+                    # what Claude Code wrote ("": no `error` field), compared by IMP-19
+                    category=err if isinstance(err, str) else "",
                 )
             return AssistantMessage(
                 id=mid,

@@ -22,7 +22,7 @@ stops there and says why; the trace then ends without an end record.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any, TypeAlias
 
 import attrs
@@ -149,7 +149,7 @@ class TurnDriver:
         self._line: int | None = None
         self._request = request
         self._session = session
-        self._script: Iterator[Fed] | None = None
+        self._script: Generator[Fed, None, None] | None = None
         self._rules: dict[int, tuple[str, ...]] = {}  # id(event) -> the rules that inferred it
         self.state: LoopState
 
@@ -263,6 +263,16 @@ class TurnDriver:
             drive(self, self._request, self.config, self._session, observer=self._observe)
         except IllegalEvent as e:
             self._stop(f"step() rejects {type(e.event).__name__}: {e}")
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Close the record script. A suspended generator of this driver's own method holds
+        the driver (a reference cycle): left open, the turn's state, events and records would
+        wait for the cycle collector instead of being freed with the driver."""
+        if self._script is not None:
+            self._script.close()
+            self._script = None
 
     def prepare(self, items: list[Item], *, may_answer_empty: bool) -> None:
         """Make this world ready to answer a turn of these records, for :meth:`run` or for
@@ -272,7 +282,7 @@ class TurnDriver:
         self._hook_stopped = _hook_stopped_results(items)
         self._script = self._feed_all(items, may_answer_empty)
 
-    def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Iterator[Fed]:
+    def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Generator[Fed, None, None]:
         i = 0
         while i < len(items) and self.active:
             it = items[i]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -163,18 +163,28 @@ def _query_source(src: SourceFile, thread: Thread) -> str:
 
 
 class _Names:
+    """The trace names of one import: a file's traces share its stem (``<stem>.t001``,
+    ``<stem>.side1.t001``, unique within the file), so only stems are remembered: a stem an
+    earlier file of the import took becomes ``<stem>-2``, ``<stem>-3``, ... One entry per file,
+    not per trace."""
+
     def __init__(self, out: Path) -> None:
         self.out = out
         self.used: set[str] = set()
 
-    def take(self, stem: str) -> Path:
-        name = f"{stem}.jsonl"
-        n = 2
+    def stem(self, stem: str) -> str:
+        name, n = stem, 2
         while name in self.used:
-            name = f"{stem}-{n}.jsonl"
+            name = f"{stem}-{n}"
             n += 1
         self.used.add(name)
-        return self.out / name
+        return name
+
+
+def _in_line_order(problems: list[Problem]) -> list[Problem]:
+    """A file's problems as a reader meets them: the file's own first, then by line (the
+    passes that find them, reading, the chain, the turns, go through the file separately)."""
+    return sorted(problems, key=lambda p: -1 if p.line is None else p.line)
 
 
 def import_file(
@@ -183,8 +193,10 @@ def import_file(
     *,
     name: str | None = None,
     names: _Names | None = None,
+    on_turn: Callable[[float], None] | None = None,
 ) -> FileReport:
-    """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing)."""
+    """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing).
+    ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far."""
     src = read_source(path, name)
     report = FileReport(
         file=src.name,
@@ -194,14 +206,15 @@ def import_file(
         counts=dict(src.counts),
     )
     if not src.is_transcript:
-        report.problems = list(src.problems)
+        report.problems = _in_line_order(src.problems)
         return report
     try:
         ths = threads(src)
     except Exception as e:  # a bug of the importer must not end the import with a traceback
         src.problem(None, f"the importer failed following the chain ({type(e).__name__}: {e})")
-        report.problems = list(src.problems)
+        report.problems = _in_line_order(src.problems)
         return report
+    src.index.release_chain()  # the turns need only where each record is
     report.threads = len(ths)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,11 +222,13 @@ def import_file(
         names = _Names(out_dir)
     side = 0
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(src.name).stem)
+    if names is not None:
+        stem = names.stem(stem)
     for th in ths:
         if th.kind != "main":
             side += 1
         try:
-            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, names, report)
+            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, report, on_turn)
         except OSError as e:  # the output folder: full, read-only, ...
             src.problem(None, f"cannot write the traces: {e.strerror or e}")
         except Exception as e:  # a bug of the importer must not end the import with a traceback
@@ -222,7 +237,7 @@ def import_file(
                 f"the importer failed on this thread ({type(e).__name__}: {e}); its remaining "
                 "turns are not imported (please report this)",
             )
-    report.problems = list(src.problems)
+    report.problems = _in_line_order(src.problems)
     return report
 
 
@@ -232,14 +247,14 @@ def _import_turns(
     tag: str,
     stem: str,
     out_dir: Path | None,
-    names: _Names | None,
     report: FileReport,
+    on_turn: Callable[[float], None] | None = None,
 ) -> None:
     for turn in _import_thread(src, th):
         rep, driver, cfg, request, session, _seg = turn
         path_out: Path | None = None
-        if out_dir is not None and names is not None:
-            path_out = names.take(f"{stem}{tag}.t{rep.turn:03d}")
+        if out_dir is not None:
+            path_out = out_dir / f"{stem}{tag}.t{rep.turn:03d}.jsonl"
             prov = make_provenance(
                 source=src.name,
                 source_lines=f"{rep.lines[0]}-{rep.lines[1]}",
@@ -256,6 +271,8 @@ def _import_turns(
             record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
             rep.trace = path_out.name
         report.turns.append(rep)
+        if on_turn is not None and src.lines:
+            on_turn(min(1.0, rep.lines[1] / src.lines))
         del turn, driver, cfg, request, session, _seg  # release the turn before the next
 
 

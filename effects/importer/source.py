@@ -4,8 +4,8 @@ A session file is JSONL as Claude Code writes it under ``~/.claude/projects/<pro
 module reads it once, line by line, and keeps a small :class:`Entry` per record (line number,
 byte offset, type, uuid, parent links, sidechain and agent ids, the response id); the records'
 content stays on disk and is read again, record by record, when a turn is reconstructed
-(:meth:`SourceFile.load`). Memory therefore grows with the number of records, by a few hundred
-bytes each, never with their content.
+(:meth:`SourceFile.load_many`). Memory therefore grows with the number of records, by about 70
+bytes each (the columns and the uuid lookup table), never with their content.
 
 Everything that cannot be read becomes a :class:`Problem` (``FILE:LINE: what``): a line that is
 not JSON, a truncated last line, a record that is not an object, a record type the importer does
@@ -15,7 +15,6 @@ Nothing is dropped without one.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import os
@@ -128,12 +127,14 @@ class Index:
     """The first pass's columns, one row per message or progress record, in file order.
 
     Per row: the line, the byte offset, the type code, flags, the keys of its uuid, parent and
-    response id, and small-table indexes of its agent id, session id and version (so a row costs
-    a few dozen bytes, whatever the record holds). ``logical`` maps the rows of compact
-    boundaries to their logicalParentUuid's key."""
+    response id, and small-table indexes of its agent id, session id and version (44 bytes a
+    row, whatever the record holds). ``logical`` maps the rows of compact boundaries to their
+    logicalParentUuid's key. :meth:`find` looks a uuid's key up in an open-addressing table of
+    two flat arrays, at most half full (24 bytes a row, built once, with no per-row Python
+    object: a sort of the keys would briefly hold about 80 bytes a row of them)."""
 
     def __init__(self) -> None:
-        self.line = array("l")
+        self.line = array("I")
         self.offset = array("q")
         self.type = bytearray()
         self.flags = bytearray()
@@ -148,8 +149,9 @@ class Index:
         self.sessions: list[str] = []
         self.versions: list[str] = []
         self._tables: dict[int, dict[str, int]] = {0: {}, 1: {}, 2: {}}
-        self._sorted: array[int] | None = None
-        self._rows: array[int] | None = None
+        self._keys: array[int] | None = None  # the lookup table: a key per slot (0: empty)
+        self._rows: array[int] | None = None  # and the row holding it first
+        self._dups: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return len(self.line)
@@ -160,6 +162,8 @@ class Index:
         codes = self._tables[table]
         code = codes.get(value)
         if code is None:
+            if len(names) >= 0xFFFF:  # the column holds 16 bits; beyond that, unnamed
+                return 0
             names.append(value)
             code = codes[value] = len(names)
         return code
@@ -191,7 +195,7 @@ class Index:
         self.agent.append(self._code(0, _str(obj.get("agentId")), self.agents))
         self.session.append(self._code(1, _str(obj.get("sessionId")), self.sessions))
         self.version.append(self._code(2, _str(obj.get("version")), self.versions))
-        self._sorted = None
+        self._keys = None
 
     def agent_of(self, row: int) -> str | None:
         k = self.agent[row]
@@ -208,29 +212,60 @@ class Index:
     def type_of(self, row: int) -> str:
         return TYPE_NAMES[self.type[row]]
 
+    def _build(self) -> tuple[array[int], array[int]]:
+        """The lookup table (linear probing, at most half full); a key met again is a
+        duplicate of the row that holds it first."""
+        size = 2 * len(self.uuid) + 1
+        keys = array("Q", bytes(8 * size))
+        rows = array("i", bytes(4 * size))
+        dups: list[tuple[int, int]] = []
+        for row, k in enumerate(self.uuid):
+            i = k % size  # keys are digests, as good as a hash
+            while True:
+                held = keys[i]
+                if held == 0:
+                    keys[i] = k
+                    rows[i] = row
+                    break
+                if held == k:
+                    dups.append((row, rows[i]))
+                    break
+                i = i + 1 if i + 1 < size else 0
+        self._keys, self._rows, self._dups = keys, rows, dups
+        return keys, rows
+
     def find(self, k: int) -> int | None:
         """The first row whose uuid has key ``k``, or None."""
-        if self._sorted is None or self._rows is None:
-            order = sorted(range(len(self.uuid)), key=self.uuid.__getitem__)
-            self._rows = array("l", order)
-            self._sorted = array("Q", (self.uuid[r] for r in order))
-        i = bisect.bisect_left(self._sorted, k)
-        if i < len(self._sorted) and self._sorted[i] == k:
-            return self._rows[i]
-        return None
+        keys, rows = (self._keys, self._rows) if self._keys is not None else self._build()
+        assert rows is not None
+        size = len(keys)
+        i = k % size
+        while True:
+            held = keys[i]
+            if held == k:
+                return rows[i]
+            if held == 0:
+                return None
+            i = i + 1 if i + 1 < size else 0
+
+    def release_chain(self) -> None:
+        """Free what only following the chain needs (the keys, flags, agent and version
+        codes, the lookup table): 53 of the 68 bytes a row. The turns read the line, offset,
+        type and session of their records, which stay."""
+        for name in ("uuid", "parent", "response"):
+            setattr(self, name, array("Q"))
+        self.flags = bytearray()
+        self.agent = array("H")
+        self.version = array("H")
+        self.logical = {}
+        self._keys = self._rows = None
+        self._dups = []
 
     def duplicates(self) -> list[tuple[int, int]]:
         """(row, the row that used its uuid first) for every repeated uuid, in row order."""
-        self.find(0)
-        assert self._sorted is not None and self._rows is not None
-        out = []
-        first = 0
-        for i in range(1, len(self._sorted)):
-            if self._sorted[i] != self._sorted[first]:
-                first = i
-            else:  # the sort is stable, so the run's first row is the earliest
-                out.append((self._rows[i], self._rows[first]))
-        return sorted(out)
+        if self._keys is None:
+            self._build()
+        return list(self._dups)
 
 
 @attrs.define

@@ -158,7 +158,7 @@ def test_a_missing_logical_parent_is_bridged_and_the_compaction_reproduces() -> 
 @pytest.mark.spec("IMP-4")
 def test_a_fork_whose_parents_are_in_the_main_file_is_bridged() -> None:
     rep = imported("spotter/258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-acompact-fffbd0.jsonl")
-    assert [(p.line, p.severity) for p in rep.problems] == [(3, "note"), (2, "note")]
+    assert [(p.line, p.severity) for p in rep.problems] == [(2, "note"), (3, "note")]  # line order
     assert rep.turns[0].reproduced
 
 
@@ -214,7 +214,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("imported")
     names = ["spotter/tool_heavy.jsonl", "fasthooks/sample_main_transcript.jsonl", "spotter/subagent.jsonl"]
     summary = import_paths([DATA / n for n in names], out)
-    assert len(summary.turns) == 9
+    assert summary.turns == 9 and summary.traces == 9
     return out
 
 
@@ -288,6 +288,28 @@ def test_stats_counts_over_the_imported_folder(traces: Path) -> None:
     assert "compactions 0; tokens: " in text
 
 
+def test_a_finished_turn_is_freed_without_the_cycle_collector() -> None:
+    """The turn driver (its state, events and the turn's records) is freed by reference
+    counting as soon as the importer lets go of it: a reference cycle would keep every turn of a
+    long file until the cycle collector ran, and the peak would grow with the file."""
+    import gc
+    import weakref
+
+    src = read_source(DATA / "spotter" / "tool_heavy.jsonl")
+    (main_thread,) = [t for t in threads(src) if t.kind == "main"]
+    turns = _import_thread(src, main_thread)
+    gc.collect()
+    gc.disable()
+    try:
+        first = next(turns)
+        driver = weakref.ref(first[1])
+        del first
+        next(turns)  # the generator lets go of the first turn before it yields the second
+        assert driver() is None
+    finally:
+        gc.enable()
+
+
 # --- the command ---------------------------------------------------------------------------------
 
 
@@ -319,6 +341,64 @@ def test_import_command_table_and_exit_codes(
     shutil.copytree(DATA / "spotter", src, ignore=shutil.ignore_patterns("*-*-*-*-*"))
     assert main(["import", str(src), "-o", str(src / "out")], io.StringIO()) == 0
     assert main(["import", str(src), "-o", str(src / "out")], io.StringIO()) == 0
+
+
+def test_a_folder_import_keeps_counts_and_streams_its_report(tmp_path: Path) -> None:
+    """The summary keeps counts per file (each file's turns go to ``on_file`` and to the report
+    as the file is done); two files with the same stem get distinct trace names; the report is
+    renamed into place only when complete, and an import that fails leaves no partial one."""
+    for sub in ("a", "b"):
+        (tmp_path / "in" / sub).mkdir(parents=True)
+        shutil.copy(DATA / "spotter" / "tool_heavy.jsonl", tmp_path / "in" / sub)
+    seen: list[FileReport] = []
+    out = tmp_path / "out"
+    summary = import_paths([tmp_path / "in"], out, on_file=seen.append)
+    assert [len(r.turns) for r in seen] == [2, 2] and summary.turns == 4
+    assert all(not hasattr(f, "__dict__") for f in summary.files)  # slotted counts, no turns
+    assert sorted(p.name for p in out.glob("*.jsonl")) == [
+        "tool_heavy-2.t001.jsonl", "tool_heavy-2.t002.jsonl",
+        "tool_heavy.t001.jsonl", "tool_heavy.t002.jsonl",
+    ]  # fmt: skip
+    report = json.loads((out / "import-report.json").read_text(encoding="utf-8"))
+    assert [r["file"] for r in report["reports"]] == ["a/tool_heavy.jsonl", "b/tool_heavy.jsonl"]
+    assert report["turns"] == 4 and report["reproduced"] == 4 and report["files"] == 2
+    assert [t["trace"] for t in report["reports"][1]["turns"]] == [
+        "tool_heavy-2.t001.jsonl", "tool_heavy-2.t002.jsonl"
+    ]
+
+    def fail(_: FileReport) -> None:
+        raise KeyboardInterrupt
+
+    again = tmp_path / "again"
+    with pytest.raises(KeyboardInterrupt):
+        import_paths([tmp_path / "in"], again, on_file=fail)
+    assert not (again / "import-report.json").exists()
+    assert not (again / "import-report.json.partial").exists()
+
+
+def test_import_command_progress_names_and_output_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar counts bytes (ending at the total); long names fold instead of squeezing the
+    headers; an output folder that cannot be made is one line and exit 2."""
+    deep = tmp_path / ("-home-someone-with-a-long-project-name-" * 2) / "subagents"
+    deep.mkdir(parents=True)
+    shutil.copy(DATA / "spotter" / "tool_heavy.jsonl", deep / "agent-a0123456789abcdef.jsonl")
+    out = io.StringIO()
+    assert main(["import", str(tmp_path), "--no-traces", "--progress"], out) == 0
+    err = capsys.readouterr().err
+    total = -(-(deep / "agent-a0123456789abcdef.jsonl").stat().st_size // 1000)
+    assert err.rstrip().endswith(f"] {total}/{total} kB")
+    header = out.getvalue().splitlines()[0].split()
+    assert header == ["file", "turns", "ended", "reproduced", "first", "divergences"]
+    assert "agent-a0123456789abcdef.jsonl" in out.getvalue().replace("\n", "").replace(" ", "")
+    (tmp_path / "a-file").write_text("")
+    code = main(["import", str(deep), "-o", str(tmp_path / "a-file" / "out")], io.StringIO())
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"steploop: error: {tmp_path / 'a-file' / 'out'}: cannot create the output folder: "
+        "Not a directory\n"
+    )
 
 
 # --- round trip -------------------------------------------------------------------------------
@@ -353,9 +433,10 @@ def test_a_steploop_run_written_as_a_transcript_imports_back(tmp_path: Path) -> 
                         item.allow()
 
     anyio.run(go)
-    summary = import_paths([tmp_path / "session.jsonl"], tmp_path / "out")
-    assert summary.problems == [] and len(summary.turns) == 1
-    turn = summary.turns[0]
+    reports: list[FileReport] = []
+    summary = import_paths([tmp_path / "session.jsonl"], tmp_path / "out", on_file=reports.append)
+    assert summary.problems == [] and summary.turns == 1
+    (turn,) = reports[0].turns
     assert turn.reproduced, turn.divergence
     imported_trace = tmp_path / "out" / "session.t001.jsonl"
     assert replay_exact(imported_trace).ok

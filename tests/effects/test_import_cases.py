@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from effects.importer.compare import comparable
@@ -51,6 +52,27 @@ def test_derived_case(name: str) -> None:
     assert causes == want.get("causes", {})
 
 
+@pytest.mark.spec("Q-13", "IMP-19")
+def test_stop_hook_feedback_reproduces_by_q13(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code writes a blocking hook's feedback before the stop-hook summary: the turn
+    reproduces under the shipped profile (Q-13 on); with the flag off the machine writes the
+    summary first and the divergence is named ``stop-hook-order``."""
+    from effects.importer import session
+
+    name = "stop_hook_feedback.jsonl"
+    assert all(t.reproduced for t in import_file(DERIVED / name, None, name=name).turns)
+    real = config_for
+
+    def without_q13(*a: Any, **kw: Any) -> Any:
+        cfg = real(*a, **kw)
+        return attrs.evolve(cfg, compat=attrs.evolve(cfg.compat, stop_hook_summary_last=False))
+
+    monkeypatch.setattr(session, "config_for", without_q13)
+    rep = import_file(DERIVED / name, None, name=name)
+    causes = [t.divergence.cause for t in rep.turns if t.divergence is not None]
+    assert causes == ["stop-hook-order"]
+
+
 def test_every_derived_file_is_expected() -> None:
     assert sorted(p.name for p in DERIVED.glob("*.jsonl")) == sorted(EXPECTED)
 
@@ -64,6 +86,22 @@ def test_nothing_raises_for_a_missing_or_empty_file(tmp_path: Path) -> None:
     assert [str(p) for p in empty.problems] == ["empty.jsonl: the file is empty; not a Claude Code transcript"]
     (tmp_path / "dir.jsonl").mkdir()
     assert import_file(tmp_path / "dir.jsonl", None, name="dir.jsonl").problems[0].line is None
+
+
+@pytest.mark.spec("IMP-4", "IMP-5")
+def test_the_uuid_lookup_table_probes_and_finds_repeats() -> None:
+    """Keys that fall on the same slot (and wrap past the table's end) are all found; a key
+    met again is a duplicate of its first row; an absent key is None."""
+    from array import array
+
+    from effects.importer.source import Index
+
+    ix = Index()
+    size = 2 * 4 + 1  # four rows: the table has nine slots
+    ix.uuid = array("Q", [8, 8 + size, 8 + 2 * size, 8])  # all on the last slot
+    assert [ix.find(k) for k in (8, 8 + size, 8 + 2 * size)] == [0, 1, 2]
+    assert ix.find(8 + 3 * size) is None and ix.find(5) is None
+    assert ix.duplicates() == [(3, 0)]
 
 
 # --- IMP-6, IMP-7, IMP-8: records as messages ----------------------------------------------------
@@ -126,7 +164,37 @@ def test_api_error_records_are_synthetic_errors() -> None:
         3,
     )
     assert isinstance(msg, AssistantMessage)
-    assert msg.api_error == ErrorInfo(kind="rate_limit", message="API Error: 429")
+    assert msg.api_error == ErrorInfo(kind="rate_limit", message="API Error: 429", category="rate_limit")
+    bare = conv.message(
+        {"type": "assistant", "uuid": "a2", "isApiErrorMessage": True,
+         "message": {"id": "y", "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: image"}]}},
+        4,
+    )  # fmt: skip
+    assert isinstance(bare, AssistantMessage) and bare.api_error is not None
+    assert bare.api_error.category == ""  # no `error` field written
+
+
+@pytest.mark.spec("IMP-19", "R-CATEGORY-1")
+def test_api_errors_are_compared_by_the_category_claude_code_writes() -> None:
+    """The machine's kind is steploop's (``auth``); what is compared is the ``error`` field
+    Claude Code writes (``authentication_failed``), as read from the record."""
+
+    def err(info: ErrorInfo) -> AssistantMessage:
+        return AssistantMessage(
+            id="a", response_id="r", model="<synthetic>", content=(TextBlock(text=info.message),),
+            api_error=info,
+        )  # fmt: skip
+
+    text = "API Error: 401 invalid x-api-key"
+    machine = err(ErrorInfo(kind="auth", message=text, status=401, category="authentication_failed"))
+    record = err(ErrorInfo(kind="authentication_failed", message=text, category="authentication_failed"))
+    assert comparable(machine) == comparable(record)
+    assert comparable(machine) != comparable(err(ErrorInfo(kind="rate_limit", message=text, category="rate_limit")))
+    # "" means Claude Code writes no `error`; a record without one reads as ""
+    none_written = err(ErrorInfo(kind="image_client", message="x", category=""))
+    assert comparable(none_written) == comparable(err(ErrorInfo(kind="unknown", message="x", category="")))
+    # steploop's texts (no category): the kind is what the transcript writer writes
+    assert comparable(err(ErrorInfo(kind="auth", message=text))) != comparable(record)
 
 
 @pytest.mark.spec("IMP-7")

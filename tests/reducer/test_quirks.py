@@ -1,4 +1,4 @@
-"""Compatibility flags Q-1..Q-12 (default vs flipped) and the profiles P-* (specs/rules.md)."""
+"""Compatibility flags Q-1..Q-13 (default vs flipped) and the profiles P-* (specs/rules.md)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ from reducer.events import (
 )
 from reducer.messages import (
     AssistantMessage,
+    AttachmentMessage,
+    SystemMessage,
     TextBlock,
     Tombstone,
     ToolResultBlock,
@@ -314,6 +316,76 @@ def test_q12_nonsafe_tool_waits_for_running_safe_tools() -> None:
 def test_q12_is_on_in_the_shipped_profile_only() -> None:
     assert claude_code_2_1_88().compat.nonsafe_tools_start_mid_stream
     assert not default().compat.nonsafe_tools_start_mid_stream
+
+
+# --- Q-13 ------------------------------------------------------------------------------------
+
+
+def _emitted_kinds(fx: tuple[Any, ...]) -> list[str]:
+    out = []
+    for m in emitted_in(fx):
+        if isinstance(m, SystemMessage):
+            out.append(m.subtype)
+        elif isinstance(m, AttachmentMessage):
+            out.append(m.attachment_type)
+        elif isinstance(m, UserMessage):
+            out.append(m.origin)
+    return out
+
+
+@pytest.mark.spec("Q-13", "C-BLOCKING-1")
+@both(default(), "stop_hook_summary_last")
+def test_q13_feedback_before_the_summary(flagged: bool, config: LoopConfig) -> None:
+    """A blocking hook: the default machine emits the summary, then the feedback; under the
+    flag the feedback comes first, as Claude Code writes it. Message ids follow the order."""
+    d = Driver(config)
+    d.reply("first answer")
+    fx = d.feed(
+        StopHooksFinished(hooks_id=d.state.round.pending_id, blocking_errors=("a", "b"), hook_count=1)
+    )
+    order = ["stop_hook_feedback", "stop_hook_feedback", "stop_hook_summary"]
+    assert _emitted_kinds(fx) == (order if flagged else [order[2], *order[:2]])
+    ids = [m.id for m in emitted_in(fx)]
+    assert ids == sorted(ids, key=lambda i: int(i[1:]))
+    assert d.transition == StopHookBlocking()
+
+
+@pytest.mark.spec("Q-13", "T-PREVENT-1")
+@both(default(), "stop_hook_summary_last")
+def test_q13_prevent_attachment_before_the_summary(flagged: bool, config: LoopConfig) -> None:
+    d = Driver(config)
+    d.reply()
+    fx = d.feed(
+        StopHooksFinished(hooks_id=d.state.round.pending_id, prevent=True, stop_reason="halt", hook_count=2)
+    )
+    order = ["hook_stopped_continuation", "stop_hook_summary"]
+    assert _emitted_kinds(fx) == (order if flagged else order[::-1])
+
+
+@pytest.mark.spec("Q-13")
+@both(default(), "stop_hook_summary_last")
+def test_q13_same_order_where_the_hooks_write_nothing(flagged: bool, config: LoopConfig) -> None:
+    """Hooks that pass, and the cap's notice (steploop's, not a hook's): the summary first either
+    way."""
+    d = Driver(config)
+    d.reply()
+    fx = d.feed(StopHooksFinished(hooks_id=d.state.round.pending_id, hook_count=1))
+    assert _emitted_kinds(fx) == ["stop_hook_summary"]
+    capped = Driver(attrs.evolve(config, stop_hook_block_cap=1))
+    capped.reply()
+    capped.feed(StopHooksFinished(hooks_id=capped.state.round.pending_id, blocking_errors=("x",)))
+    capped.reply()  # the second block meets the cap
+    fx = capped.feed(
+        StopHooksFinished(hooks_id=capped.state.round.pending_id, blocking_errors=("x",), hook_count=1)
+    )
+    assert _emitted_kinds(fx) == ["stop_hook_summary", "stop_hook_cap"]
+
+
+@pytest.mark.spec("Q-13")
+def test_q13_is_on_in_the_shipped_profiles_only() -> None:
+    assert claude_code_2_1_88().compat.stop_hook_summary_last
+    assert full().compat.stop_hook_summary_last
+    assert not default().compat.stop_hook_summary_last
 
 
 # --- Q-6 -------------------------------------------------------------------------------------

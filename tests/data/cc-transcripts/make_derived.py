@@ -198,7 +198,8 @@ def main() -> None:
         reproduced=5,
     )
 
-    # stop-hook feedback: turn 1's hook blocks once, the model answers again, then passes
+    # stop-hook feedback: turn 1's hook blocks once, the model answers again, then passes; Claude
+    # Code writes the feedback before the summary, as the machine does under Q-13
     rs = recs(MAIN)
     at = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("5d50bbbc"))
     summary = rs[at]
@@ -226,15 +227,21 @@ def main() -> None:
         "stop_hook_feedback.jsonl",
         [],
         turns=5,
-        reproduced=4,
-        causes={"stop-hook-order": 1},
+        reproduced=5,
     )
 
-    # an API error answers the first prompt: a category the machine names differently, and one
-    # it names the same
-    for name, err, text, verdict in (
-        ("api_error_auth.jsonl", "authentication_failed", "API Error: 401 invalid x-api-key", {"reproduced": 4, "causes": {"api-error-text": 1}}),
-        ("api_error_invalid.jsonl", "invalid_request", "API Error: 400 messages: at least one message is required", {"reproduced": 5}),
+    # an API error answers the first prompt, with the `error` category Claude Code 2.1.88 writes
+    # for it (R-CATEGORY-1): an invalid key, a tool-use pairing error, and another 400 (named
+    # `unknown`); the machine names each as Claude Code does, so every turn reproduces
+    pairing = (
+        "API Error: 400 messages.2: `tool_use` ids were found without `tool_result` blocks "
+        "immediately after: toolu_01. Each `tool_use` block must have a corresponding "
+        "`tool_result` block in the next message."
+    )
+    for name, err, status, text, verdict in (
+        ("api_error_auth.jsonl", "authentication_failed", 401, "API Error: 401 invalid x-api-key", {"reproduced": 5}),
+        ("api_error_invalid.jsonl", "invalid_request", 400, pairing, {"reproduced": 5}),
+        ("api_error_other_400.jsonl", "unknown", 400, "API Error: 400 messages: at least one message is required", {"reproduced": 5}),
     ):
         rs = recs(MAIN)
         at = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("743298"))
@@ -251,6 +258,7 @@ def main() -> None:
         }
         err_rec["isApiErrorMessage"] = True
         err_rec["error"] = err
+        err_rec["apiErrorStatus"] = status
         end = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("5d50bbbc"))
         nxt = rs[end + 1 :]
         next(r for r in nxt if "uuid" in r)["parentUuid"] = err_rec["uuid"]
