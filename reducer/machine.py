@@ -1114,10 +1114,11 @@ def _prompt_too_long(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
 
 
 def _media(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
-    """[R-MEDIA-1] a withheld media error: one reactive compaction [G5], else surface it."""
+    """[R-MEDIA-1] a withheld media error: one reactive compaction [G5], else surface it.
+    (A media error is withheld only when media recovery is on: on_call_failed decides.)"""
     if _withheld_kind(s) != "media":
         return s, False
-    if cfg.media_recovery_enabled and not s.has_attempted_reactive_compact:
+    if not s.has_attempted_reactive_compact:
         return _reactive_compact(s, cfg, fx), True
     return _surface(s, cfg, fx, ImageError), True
 
@@ -1515,19 +1516,24 @@ def _max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int
 
 @attrs.frozen
 class Write:
-    """A written value that is not a constant: ``how`` names it (the table's wording)."""
+    """A written value that is not a constant: ``how`` names it (the table's wording),
+    ``expr`` is the expression it stands for, of ``s``, ``cfg`` and the transition ``t``
+    (``{field}`` is the row's field)."""
 
     how: str
+    expr: str = attrs.field(repr=False)
 
     def __repr__(self) -> str:
         return self.how
 
 
-PLUS_ONE: Final = Write("+1")  # the field's value plus one
-ATTEMPT: Final = Write("attempt")  # the transition's attempt
-ESCALATED: Final = Write("escalated cap")  # cfg.escalated_max_output_tokens
-RESET: Final = Write("reset")  # a fresh AutoCompactTracking()
-KEPT_OR_CLEARED: Final = Write("kept*")  # kept; cleared under [Q-11]
+PLUS_ONE: Final = Write("+1", "s.{field} + 1")  # the field's value plus one
+ATTEMPT: Final = Write("attempt", "t.attempt")  # the transition's attempt
+ESCALATED: Final = Write("escalated cap", "cfg.escalated_max_output_tokens")
+RESET: Final = Write("reset", "AutoCompactTracking()")  # a fresh tracking
+KEPT_OR_CLEARED: Final = Write(  # kept; cleared under [Q-11]
+    "kept*", "False if cfg.compat.stop_hook_active_cleared_by_recovery else s.{field}"
+)
 
 
 @attrs.frozen
@@ -1606,21 +1612,6 @@ RESETS: Final[tuple[Reset, ...]] = (
 )
 
 
-def _written(how: Write, field: str) -> str:
-    """The expression a computed write stands for (of ``s``, ``cfg`` and the transition ``t``)."""
-    if how is PLUS_ONE:
-        return f"s.{field} + 1"
-    if how is ATTEMPT:
-        return "t.attempt"
-    if how is ESCALATED:
-        return "cfg.escalated_max_output_tokens"
-    if how is RESET:
-        return "AutoCompactTracking()"
-    if how is KEPT_OR_CLEARED:  # [Q-11]
-        return f"False if cfg.compat.stop_hook_active_cleared_by_recovery else s.{field}"
-    raise AssertionError(f"no write {how!r}")  # pragma: no cover
-
-
 def _compile_reset(row: Reset) -> Callable[[LoopState, LoopConfig, Any], LoopState]:
     """One row as a function, compiled once: ``evolve(s, transition=t, <the row's writes>)``,
     what a hand-written branch per Continue would be (step() runs it every round)."""
@@ -1628,7 +1619,7 @@ def _compile_reset(row: Reset) -> Callable[[LoopState, LoopConfig, Any], LoopSta
     args = []
     for n, (name, value) in enumerate(row.writes):
         if isinstance(value, Write):
-            args.append(f"{name}=({_written(value, name)})")
+            args.append(f"{name}=({value.expr.format(field=name)})")
         else:
             ns[f"C{n}"] = value
             args.append(f"{name}=C{n}")

@@ -738,3 +738,20 @@ def test_an_event_of_the_current_call_after_its_stream_is_a_driver_error() -> No
     late = ModelResponseEnded(call_id=d.call_id, model="m", stop_reason="end_turn", usage=Usage(input_tokens=1, output_tokens=1))
     with pytest.raises(IllegalEvent, match="is not streaming"):
         d.feed(late)
+
+
+@pytest.mark.spec("T-MAXTURNS-1", "C-NEXT-1")
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_max_turns_allows_exactly_that_many_rounds(limit: int) -> None:
+    """max_turns=N: N tool rounds run, the N-th round's end is MaxTurns(turn_count=N+1)."""
+    # kills: `next_count <= cfg.max_turns` turned into `<` (the turn would end a round early)
+    from reducer.transitions import MaxTurns, NextTurn
+
+    d = Driver(default(max_turns=limit))
+    passed: list[Any] = []
+    for i in range(1, limit + 1):
+        assert d.phase == "streaming", f"round {i} never started"
+        tool_round(d, f"t{i}", "ok", Usage(input_tokens=10, output_tokens=1))
+        passed.append(d.transition)
+    assert passed == [*[NextTurn()] * (limit - 1), MaxTurns(turn_count=limit + 1)]
+    assert d.phase == "done"

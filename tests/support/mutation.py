@@ -35,7 +35,7 @@ import tempfile
 import time
 import types
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,43 @@ class FunctionSource:
     guard: bool
     future_annotations: bool
     rules: frozenset[str] = frozenset()  # the rule ids its code cites, e.g. {"C-BUDGET-1", "G11"}
+    at_import: bool = False  # its module's import calls it (a table compiled at import)
+
+
+def _names(nodes: Iterable[ast.AST], into: set[str]) -> None:
+    """The names ``nodes`` call, not descending into the bodies of the functions they define
+    (a function's decorators and defaults run where it is defined, its body does not)."""
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            stack.extend(node.decorator_list)
+            stack.extend(d for d in (*node.args.defaults, *node.args.kw_defaults) if d)
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            into.add(node.func.id)
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _import_time(tree: ast.Module) -> set[str]:
+    """Top-level functions the module's own import may call: called by module-level code
+    (class bodies included), and, transitively, by the bodies of such functions. The recorder
+    starts after the modules in scope are imported, so it never sees these calls; the runner
+    treats them as every test's (their mutants run in a fresh interpreter)."""
+    bodies = {n.name: n.body for n in tree.body if isinstance(n, ast.FunctionDef)}
+    named: set[str] = set()
+    _names(tree.body, named)
+    todo = [n for n in named if n in bodies]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        inner: set[str] = set()
+        _names(bodies[name], inner)
+        todo.extend(n for n in inner if n in bodies)
+    return seen
 
 
 def _functions(target: Target) -> Iterator[FunctionSource]:
@@ -177,6 +214,7 @@ def _functions(target: Target) -> Iterator[FunctionSource]:
         for n in tree.body
     )
     found: set[str] = set()
+    at_import = _import_time(tree)
 
     def emit(fn: ast.FunctionDef, cls: str | None) -> FunctionSource | None:
         qual = f"{cls}.{fn.name}" if cls else fn.name
@@ -186,7 +224,9 @@ def _functions(target: Target) -> Iterator[FunctionSource]:
         src = "\n".join(lines[fn.lineno - 1 : fn.end_lineno])
         guard = target.functions is not None or bool(GUARD_TAG.search(src))
         rules = frozenset(RULE_TAG.findall(src))
-        return FunctionSource(target.file, qual, fn, cls, guard, future, rules)
+        return FunctionSource(
+            target.file, qual, fn, cls, guard, future, rules, at_import=qual in at_import
+        )
 
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
@@ -797,6 +837,7 @@ class Orchestrator:
         # functions that ran while the test modules were imported (configs built at import):
         # their mutants run in a fresh interpreter, where the import sees the mutant
         self.import_hits = {self.statements.function_of[n] for n in self.hits}
+        self.import_hits |= {f"{fs.file}::{fs.qualname}" for fs in self.fns.values() if fs.at_import}
         self.hits.clear()
         self.rec.hits = self.hits
 
