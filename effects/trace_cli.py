@@ -37,6 +37,7 @@ from effects.trace import (
     VERIFY_POLICIES,
     EndRecord,
     Policy,
+    ReplayProgress,
     ResumeRecord,
     StepRecord,
     TraceHeader,
@@ -166,16 +167,27 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         registry = ToolRegistry(builtin_tools("."))
         client, model = _live_model(registry.traits, registry.definitions())
 
+    bytes_bar = _ByteBar("replaying", err, show)
+
     async def go() -> Any:
         try:
             return await replay_counterfactual_async(
-                args.trace, overrides, policy, script, base=base, model=model
+                args.trace,
+                overrides,
+                policy,
+                script,
+                base=base,
+                model=model,
+                progress=bytes_bar.update if show else None,
             )
         finally:
             if client is not None:
                 await client.close()
 
-    report = anyio.run(go)
+    try:
+        report = anyio.run(go)
+    finally:
+        bytes_bar.close()
     what = [f"profile {args.profile}" if args.profile else "the recorded config"]
     if overrides:
         what.append("overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
@@ -185,6 +197,33 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     )
     _print_verdict(report.describe(), report.ok, out)
     return 0 if report.ok else 1
+
+
+class _ByteBar:
+    """A :class:`ProgressBar` over the bytes of the recording a counterfactual replay reads
+    (the new run reads it as far as it needs it, so both of its phases move one bar), in kB,
+    or MB from 10 MB on; made on the first report, when the file's size is known."""
+
+    def __init__(self, label: str, stream: TextIO, enabled: bool) -> None:
+        self.label, self.stream, self.enabled = label, stream, enabled
+        self.bar: ProgressBar | None = None
+        self.scale = 1_000
+        self.shown = 0
+
+    def update(self, p: ReplayProgress) -> None:
+        if self.bar is None:
+            self.scale = 1_000_000 if p.total >= 10_000_000 else 1_000
+            unit = "MB" if self.scale > 1_000 else "kB"
+            total = -(-p.total // self.scale)
+            self.bar = ProgressBar(total, self.label, unit, self.stream, self.enabled)
+        now = -(-p.done // self.scale) if p.done >= p.total else p.done // self.scale
+        if now > self.shown:
+            self.bar.advance(now - self.shown)
+            self.shown = now
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _print_verdict(text: str, ok: bool, out: TextIO) -> None:

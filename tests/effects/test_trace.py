@@ -866,6 +866,38 @@ def test_cli_replay_exact_and_counterfactual(
         assert code == 2 and msg in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+class _TtyErr(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.spec("CLI-4")
+def test_cli_replay_bars_exact_and_counterfactual(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both replays draw a bar on stderr: off a terminal only with --progress (plain text, no
+    escape codes), on a terminal a rich bar, coloured unless NO_COLOR; the report is the same."""
+    path = _growing_trace(tmp_path)
+    kb = -(-path.stat().st_size // 1000)
+    cf = ["--set", "autocompact_buffer=185000"]
+    for argv, end in [([], "] 16/16 steps"), (cf, f"] {kb}/{kb} kB")]:
+        code, quiet_out, err = cli(["replay", str(path), *argv], capsys)
+        assert err == ""  # not a terminal, no --progress: no bar
+        code2, out, err = cli(["replay", str(path), *argv, "--progress"], capsys)
+        assert code2 == code and out.split(" in ")[0] == quiet_out.split(" in ")[0]
+        assert err.startswith("\r[") and err.endswith(end + "\n") and "\x1b" not in err
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    tty = _TtyErr()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert cli_main(["replay", str(path), *cf], io.StringIO()) == 1
+    assert "replaying" in tty.getvalue() and "\x1b[32m" in tty.getvalue()  # a coloured bar
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _TtyErr()
+    monkeypatch.setattr(sys, "stderr", plain)
+    assert cli_main(["replay", str(path), *cf], io.StringIO()) == 1
+    assert "replaying" in plain.getvalue() and "\x1b[32m" not in plain.getvalue()
+
+
 def test_cli_replay_live_without_key_is_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
