@@ -46,6 +46,9 @@ anything else                                          unknown
 =====================================================  ===================
 
 ``retry_after_ms`` comes from a ``retry-after-ms`` header, else ``retry-after`` (seconds).
+The API's ids of a response that ended (its message id and the ``request-id`` header), which no
+event carries, are kept for the transcript's ``message.id`` and ``requestId``:
+:meth:`AnthropicModelClient.api_ids`.
 Cancellation is never caught: it propagates out of :meth:`AnthropicModelClient.stream`.
 """
 
@@ -668,6 +671,7 @@ class _Assembler:
         self.started = False
         self.stopped = False
         self.served: str | None = None  # the model message_start named
+        self.message_id: str | None = None  # the id message_start gave (msg_...)
         self.stop_reason: str | None = None
         self.stop_details: str | None = None
         self.usage = dict.fromkeys(_USAGE_KEYS, 0)
@@ -730,6 +734,7 @@ class _Assembler:
             message = payload.get("message")
             if isinstance(message, dict):
                 self.served = _str(message, "model") or None
+                self.message_id = _api_id(message.get("id"))
                 self.model = self.served or self.model
                 self._take_usage(message.get("usage"))
                 self._take_stop(message)
@@ -854,6 +859,19 @@ class _Assembler:
         )
 
 
+_KEPT_IDS = 16
+"""How many calls' API ids :class:`AnthropicModelClient` keeps for :meth:`~AnthropicModelClient.api_ids`."""
+
+
+def _api_id(value: object) -> str | None:
+    """An id the API sent (``msg_...``, ``req_...``), or None when it is not a plausible one:
+    a short printable ASCII string without spaces (it goes into the transcript as it is)."""
+    if isinstance(value, str) and 0 < len(value) <= 200 and value.isascii():
+        if value.isprintable() and " " not in value:
+            return value
+    return None
+
+
 def _zero_clock() -> int:
     return 0
 
@@ -907,6 +925,22 @@ class AnthropicModelClient:
         # when its conversation extends this one (the usual case: a round appends records).
         self._fold = _MessageFold(thinking is not None)
         self._fold_at = Conversation.empty()
+        self._api_ids: dict[int, tuple[str | None, str | None]] = {}  # the latest, by call
+
+    def api_ids(self, call_id: int) -> tuple[str | None, str | None]:
+        """The API's message id (``msg_...``) and request id (the ``request-id`` header,
+        ``req_...``) of call ``call_id``'s response, taken once; None for what the API did not
+        give (or a response that did not end). The transcript writes them as ``message.id``
+        and ``requestId``; the ids of the last few calls are kept."""
+        return self._api_ids.pop(call_id, (None, None))
+
+    def _keep_ids(self, call_id: int, message_id: str | None, headers: object) -> None:
+        get = getattr(headers, "get", None)
+        request_id = _api_id(get("request-id")) if callable(get) else None
+        ids = self._api_ids
+        ids[call_id] = (message_id, request_id)
+        if len(ids) > _KEPT_IDS:  # nobody takes them (no transcript): keep the newest
+            del ids[next(iter(ids))]
 
     def _timeout(self, read: float | None) -> httpx2.Timeout | None:
         if read is None:
@@ -1036,6 +1070,7 @@ class AnthropicModelClient:
         elif not assembler.stopped:
             yield self._broken(call_id, "the stream ended without message_stop")
         else:
+            self._keep_ids(call_id, assembler.message_id, response.headers)
             yield assembler.ended()
 
     def _broken(self, call_id: int, message: str) -> ModelCallFailed:
@@ -1095,6 +1130,7 @@ class AnthropicModelClient:
                 if isinstance(value, int) and not isinstance(value, bool):
                     counts[key] = value
         details = body.get("stop_details")
+        self._keep_ids(call_id, _api_id(body.get("id")), raw.headers)
         events.append(
             ModelResponseEnded(
                 call_id=call_id,

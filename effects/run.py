@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextvars
 import math
 import time
+import uuid
 from collections.abc import (
     Awaitable,
     Callable,
@@ -345,6 +346,7 @@ class Run:
                 cwd=str(self._workspace),
                 version=_version(),
                 stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
+                api_ids=getattr(self._model, "api_ids", None),  # message.id, requestId
             )
         self._signal, self._scope = primitives()
         self._context = contextvars.copy_context()  # what every handler starts from
@@ -859,7 +861,7 @@ def run(
     compactor: Compactor | None = None,
     stop_hooks: StopHookRunner | None = None,
     session: Session | None = None,
-    session_id: str = "steploop-session",
+    session_id: str | None = None,
     transcript_path: str | Path | None = None,
     tool_timeout_s: float = 120.0,
     timeouts: Timeouts | None = None,
@@ -882,6 +884,8 @@ def run(
         compactor: summarises the conversation for (auto and reactive) compaction.
         stop_hooks: runs stop hooks when the model finishes without tool use.
         session: the previous turn's ``result.state.session()`` for multi-turn use.
+        session_id: the session's id in the transcript and the hooks' input (None: a fresh
+            UUID, as Claude Code's; give the same id to every turn of one session).
         transcript_path: where to keep a Claude Code JSONL transcript (stop hooks read it).
         observer: called with (event, state, effects) after every step (trace recording);
             one with an ``observe`` method gets the step's transitions too (StepObserver).
@@ -907,7 +911,7 @@ def run(
         compactor=compactor,
         stop_hooks=stop_hooks,
         session=session,
-        session_id=session_id,
+        session_id=str(uuid.uuid4()) if session_id is None else session_id,
         transcript_path=Path(transcript_path) if transcript_path is not None else None,
         tool_timeout_s=tool_timeout_s,
         timeouts=timeouts or Timeouts(),

@@ -12,10 +12,12 @@ so that hook scripts written for Claude Code can read the file at ``transcript_p
   ``tool_result`` user record points at the assistant record that holds its ``tool_use``;
 * content blocks are spelled as the Anthropic Messages API spells them;
 * every assistant record of one response shares ``message.id`` (``msg_...``) and ``requestId``
-  (``req_...``; derived from the session and the response when the model client gave none),
-  and carries the response's ``usage``; the last one carries its ``stop_reason``. So that the
-  usage is known when they are written, :meth:`record` holds a response's records until it
-  ends (:meth:`observe` sees ``ModelResponseEnded``) or anything else is recorded;
+  (``req_...``): the API's own, from the model client's ``api_ids`` (the message id and the
+  ``request-id`` header, as Claude Code writes them), else derived from the session and the
+  response; and carries the response's ``usage``; the last one carries its ``stop_reason``. So
+  that these are known when they are written, :meth:`record` holds a response's records until
+  it ends (:meth:`observe` sees ``ModelResponseEnded``) or anything else is recorded;
+* ``sessionId`` is the one given, else a fresh UUID (as Claude Code's);
 * a tool result carries ``toolUseResult``, the structured result of the built-in tools (Read,
   Write, Edit, Glob, Grep, Bash) as far as the tool's input and result text tell it, and
   ``"Error: ..."`` for an error;
@@ -276,21 +278,27 @@ class TranscriptWriter:
     The file (and its parent directories) is created on the first :meth:`append`, with mode
     0600. If it already holds records (a resumed session), the chain continues from its last
     message record.
+
+    ``session_id``: None gives a fresh UUID (:attr:`session_id` says which). ``api_ids``: the
+    API's ``(message id, request id)`` of a call's response, by ``call_id``, when the model
+    client has them (``AnthropicModelClient.api_ids``); either may be None.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
-        session_id: str,
+        session_id: str | None = None,
         cwd: str,
         version: str,
         clock: Callable[[], datetime] = _utc_now,
         secrets: Iterable[str] | None = None,
         stop_hooks: object | None = None,
+        api_ids: Callable[[int], tuple[str | None, str | None]] | None = None,
     ) -> None:
         self._path = Path(path)
-        self._session_id = session_id
+        self._session_id = str(uuid.uuid4()) if session_id is None else session_id
+        self._api_ids = api_ids
         self._cwd = cwd
         self._version = version
         self._clock = clock
@@ -356,6 +364,7 @@ class TranscriptWriter:
                 call_id = getattr(getattr(state, "round", None), "call_id", event.call_id)
                 if event.call_id == call_id and self._pending:
                     self._stamp_pending(event)
+                    self._stamp_ids(event.call_id)
                 self._flush_pending()
             elif isinstance(event, ModelCallFailed):
                 self._flush_pending()
@@ -394,6 +403,17 @@ class TranscriptWriter:
             record["message"]["usage"] = dict(usage)
             if k == len(self._pending) - 1:
                 record["message"]["stop_reason"] = e.stop_reason
+
+    def _stamp_ids(self, call_id: int) -> None:
+        """The API's ids of the response, where the model client has them."""
+        if self._api_ids is None:
+            return
+        message_id, request_id = self._api_ids(call_id)
+        for _, record in self._pending:
+            if isinstance(message_id, str) and message_id:
+                record["message"]["id"] = message_id
+            if isinstance(request_id, str) and request_id:
+                record["requestId"] = request_id
 
     def _flush_pending(self) -> None:
         if self._pending:

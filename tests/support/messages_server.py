@@ -420,6 +420,14 @@ def error_response(
 # The server
 
 
+def _send_headers(handler: BaseHTTPRequestHandler, headers: tuple[tuple[str, str], ...]) -> None:
+    """A script's headers; ``request-id: req_test`` unless the script gives its own."""
+    if not any(k.lower() == "request-id" for k, _ in headers):
+        handler.send_header("request-id", "req_test")
+    for k, v in headers:
+        handler.send_header(k, v)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # TCP_NODELAY on every accepted socket
@@ -481,9 +489,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
         self.send_header("connection", "close")
-        self.send_header("request-id", "req_test")
-        for k, v in script.headers:
-            self.send_header(k, v)
+        _send_headers(self, script.headers)
         self.end_headers()
         self.close_connection = True
         for item in script.items:
@@ -511,7 +517,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.send_header("connection", "close")
-        self.send_header("request-id", "req_test")
+        _send_headers(self, script.headers)
         self.end_headers()
         self.wfile.write(body)
         self.close_connection = True
