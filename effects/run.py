@@ -62,7 +62,7 @@ from effects.boundary import (
 )
 from effects.concurrency import Handoff, Rest, Signal, primitives
 from effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
-from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
+from effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out, tool_use_error
 from reducer import LoopConfig, LoopState, Request, Session
 from reducer._replace import evolve
 from reducer.drive import Loop, Observer
@@ -90,6 +90,7 @@ from reducer.events import (
     CompactionFailed,
     CompactionFinished,
     Event,
+    HookEvent,
     Interrupted,
     ModelBlockReceived,
     ModelCallFailed,
@@ -115,6 +116,7 @@ __all__ = [
     "StopHookRunner",
     "TextDelta",
     "Timeouts",
+    "hook_stop_output",
     "run",
     "run_sync",
 ]
@@ -679,7 +681,10 @@ class Run:
             if out is None and scope.cancel_called and key and self._scopes.get(key) is scope:
                 out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
             if out is not None:
+                given = out
                 out = tool_output(effect.name, out)  # effects/boundary.py
+                if out.hook_stopped:  # which hook, and why [E-HOOK-1]
+                    out = hook_stop_output(effect.name, given, out)
                 self._feed(
                     ToolFinished(
                         generation=effect.generation,
@@ -687,6 +692,8 @@ class Run:
                         content=out.content,
                         is_error=out.is_error,
                         hook_stopped=out.hook_stopped,
+                        hook_event=out.hook_event,
+                        hook_stop_reason=out.hook_stop_reason,
                         at_ms=self._now(),
                     )
                 )
@@ -848,6 +855,27 @@ def _version() -> str:
 
 def _wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+_HOOK_EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")
+
+
+def hook_stop_output(name: str, given: object, out: ToolOutput) -> ToolOutput:
+    """``out`` (the checked form of what tool ``name`` returned, ``given``, which stopped the
+    turn) with ``given``'s hook event and stop reason, checked as the rest was: an event other
+    than PreToolUse/PostToolUse or a reason that is not a str is an error result naming it; a
+    reason's lone surrogates are replaced (specs/ E-HOOK-1, B-TEXT-1)."""
+    event = getattr(given, "hook_event", "PostToolUse")
+    reason = getattr(given, "hook_stop_reason", "")
+    if event not in _HOOK_EVENTS or reason.__class__ is not str:
+        return tool_use_error(
+            f"Error calling tool {name}: hook_event must be PreToolUse or PostToolUse and "
+            f"hook_stop_reason a str, got {event!r:.30} and {reason!r:.30}"
+        )
+    reason = clean_text(reason)
+    if (out.hook_event, out.hook_stop_reason) == (event, reason):
+        return out
+    return attrs.evolve(out, hook_event=event, hook_stop_reason=reason)
 
 
 def run(

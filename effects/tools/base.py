@@ -28,7 +28,7 @@ from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignor
 )
 
 from effects.tools.watchdog import Guarded, StepOverrun, fired, run_isolated, watch
-from reducer.events import InterruptBehavior, ToolTraits
+from reducer.events import HookEvent, InterruptBehavior, ToolTraits
 
 __all__ = [
     "Isolated",
@@ -61,12 +61,18 @@ class ToolContext:
 class ToolOutput:
     """The result of one call, as it goes into the tool_result block.
 
-    ``hook_stopped`` is set when a post-tool hook asked the loop to stop after this call.
+    ``hook_stopped`` is set when a tool hook asked the loop to stop after this call;
+    ``hook_event`` says which (``"PreToolUse"``, a hook that let the call run, or
+    ``"PostToolUse"``) and ``hook_stop_reason`` why, in the hook's own words ("": the
+    reference's default text). Both reach the ``hook_stopped_continuation`` attachment
+    (specs/ T-HOOK-1, E-HOOK-1); they are ignored when ``hook_stopped`` is False.
     """
 
     content: str
     is_error: bool = False
     hook_stopped: bool = False
+    hook_event: HookEvent = "PostToolUse"
+    hook_stop_reason: str = ""
 
 
 def tool_use_error(message: str) -> ToolOutput:
