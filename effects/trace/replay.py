@@ -240,9 +240,10 @@ class _Pending(typing.NamedTuple):
 class ReplayProgress:
     """How far a replay is, for a progress display.
 
-    ``phase``: ``"reading"`` (a recording being read and replayed: ``done`` and ``total`` are
-    bytes of the file) or ``"running"`` (a counterfactual run: ``done`` is its steps, ``total``
-    the recording's, which it may pass). ``steps``: the steps replayed so far in that phase.
+    ``phase``: ``"reading"`` (a recording being read and replayed) or ``"running"`` (a
+    counterfactual run following the recording, which it reads as far as it needs). In both
+    ``done`` and ``total`` are bytes of the recording (read so far, and its size), so one bar
+    serves both phases. ``steps``: the steps replayed so far in that phase.
     """
 
     phase: Literal["reading", "running"]
