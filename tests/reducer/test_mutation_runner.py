@@ -5,6 +5,7 @@ here (that is scripts/mutation.py's job); these tests keep the generator honest.
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 from pathlib import Path
 
@@ -179,8 +180,8 @@ def test_outcome_records_read_back_and_bad_ones_are_one_line(tmp_path: Path, all
         mu.Outcome(a, "killed", "tests/y.py::t", 0.7, 3),
     ]
     path = tmp_path / "out.jsonl"
-    lines = [mu.json.dumps(mu._as_record(o, eq)) for o in recs]
-    lines.append(mu.json.dumps({**mu._as_record(recs[0], eq), "key": "gone | f | cmp | x | y"}))
+    lines = [json.dumps(mu._as_record(o, eq)) for o in recs]
+    lines.append(json.dumps({**mu._as_record(recs[0], eq), "key": "gone | f | cmp | x | y"}))
     path.write_text("\n".join(lines) + "\n")
     got = mu.read_records(path, {m.key: m for m in all_mutants})
     assert [(o.mutant.key, o.status, o.detail) for o in got] == [
@@ -191,6 +192,6 @@ def test_outcome_records_read_back_and_bad_ones_are_one_line(tmp_path: Path, all
     path.write_text(lines[0] + "\n{not json\n")
     with pytest.raises(mu.RecordError, match=r"out\.jsonl, line 2: not an outcome record"):
         mu.read_records(path, {m.key: m for m in all_mutants})
-    path.write_text(mu.json.dumps({**mu._as_record(recs[0], eq), "status": "maybe"}) + "\n")
+    path.write_text(json.dumps({**mu._as_record(recs[0], eq), "status": "maybe"}) + "\n")
     with pytest.raises(mu.RecordError, match="line 1"):
         mu.read_records(path, {m.key: m for m in all_mutants})
