@@ -300,7 +300,7 @@ async def test_undecodable_file_name_from_glob(tmp_path: Path) -> None:
     res = await _run(tmp_path, script, tools)
     assert res.terminal.TAG == "completed"
     (result,) = _results(res.state.conversation.messages())
-    assert "bad\ufffd.txt" in result.content and not result.is_error
+    assert result.content == "bad\\xff.txt" and not result.is_error  # E-CONFINE-4
 
 
 @pytest.mark.anyio
