@@ -10,7 +10,8 @@ hook hands it through here before it becomes an event:
   with ``surrogateescape``) or of a ``\\ud800`` JSON escape; it is not Unicode, cannot be
   encoded as UTF-8, and the API refuses it. Replaced here, the conversation stays sendable and
   every writer (trace, transcript) can write it.
-- **A model response** whose tool_use repeats an id of the same response, or whose input is not
+- **A model response** whose tool_use repeats an id of the same response or of the conversation
+  it answers (an earlier round, an earlier turn: :class:`ToolUseIds`), or whose input is not
   JSON data within :func:`reducer.canonical.data_problem`'s limits (nested deeper than 100
   levels, a 5,000-digit integer, NaN, a non-string key, a Python object), is a malformed
   response: :func:`model_problem` names it and the interpreter reports the call as failed
@@ -29,10 +30,12 @@ import attrs
 
 from effects.tools.base import ToolOutput, tool_use_error
 from reducer.canonical import data_problem
+from reducer.conversation import Conversation
 from reducer.events import CompactionFailed, CompactionFinished, ModelCallFailed, ModelResponseEnded
-from reducer.messages import TextBlock, ToolUseBlock
+from reducer.messages import AssistantMessage, TextBlock, ToolUseBlock
 
 __all__ = [
+    "ToolUseIds",
     "clean",
     "clean_block",
     "clean_event",
@@ -97,15 +100,81 @@ def _same_items(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
     )
 
 
-def model_problem(block: object, seen_ids: set[str]) -> str | None:
-    """What makes a streamed block malformed, or None. ``seen_ids``: the tool_use ids of the
-    response so far (this adds the block's)."""
+class ToolUseIds:
+    """The tool_use ids of the conversation a model call answers, for :func:`model_problem`
+    (rule B-MODEL-2). The real API never reuses an id, and a conversation holding one twice
+    cannot be sent again (a tool_result names its tool_use by id); so a response that repeats
+    an id the conversation already holds is malformed, like one that repeats its own.
+
+    One index per interpreter: a run's conversations grow by appending, so each call reads only
+    the messages added since the last one (a conversation that does not extend the last one
+    read, after a compaction, is read whole). The conversation is read only when a response
+    holds a tool_use."""
+
+    __slots__ = ("_ids", "_node")
+
+    def __init__(self) -> None:
+        self._node: Conversation | None = None
+        self._ids: set[str] = set()
+
+    def of(self, conversation: Conversation) -> set[str]:
+        """The tool_use ids in ``conversation`` (a set this index keeps: do not change it)."""
+        node: Conversation | None = conversation
+        added: list[AssistantMessage] = []
+        while node is not None and node is not self._node and node.last is not None:
+            if node.last.__class__ is AssistantMessage:
+                added.append(node.last)
+            node = node.prev
+        if node is not self._node:  # not an extension of the last one read
+            self._ids = set()
+        ids = self._ids
+        for m in added:
+            for b in m.content:
+                if b.__class__ is ToolUseBlock:
+                    ids.add(b.id)
+        self._node = conversation
+        return ids
+
+    def response(self, conversation: Conversation) -> ResponseIds:
+        """What :func:`model_problem` checks one response's blocks against."""
+        return ResponseIds(self, conversation)
+
+
+class ResponseIds:
+    """The ids one response has used so far, and (read when first needed) its conversation's."""
+
+    __slots__ = ("_conversation", "_earlier", "_index", "seen")
+
+    def __init__(self, index: ToolUseIds | None, conversation: Conversation | None) -> None:
+        self._index = index
+        self._conversation = conversation
+        self._earlier: set[str] | None = None
+        self.seen: set[str] = set()
+
+    def earlier(self) -> set[str]:
+        if self._earlier is None:
+            if self._index is None or self._conversation is None:
+                self._earlier = set()
+            else:
+                self._earlier = self._index.of(self._conversation)
+        return self._earlier
+
+
+def model_problem(block: object, ids: ResponseIds) -> str | None:
+    """What makes a streamed block malformed, or None. ``ids``: the tool_use ids of the
+    response so far (this adds the block's) and of the conversation it answers."""
     if block.__class__ is not ToolUseBlock:
         return None
     tid = block.id
-    if tid in seen_ids:
+    seen = ids.seen
+    if tid in seen:
         return f"tool_use id {tid!r} appears twice in one response"
-    seen_ids.add(tid)
+    if tid in ids.earlier():
+        return (
+            f"tool_use id {tid!r} is already used by an earlier message of the conversation"
+            " (the API never reuses one; a tool_result could not name its tool_use)"
+        )
+    seen.add(tid)
     data = block.input
     if data.__class__ is not dict:
         return f"the input of tool_use {tid!r} is a {type(data).__name__}, not an object"

@@ -164,29 +164,55 @@ class PythonStopHook:
     """A stop hook written in Python.
 
     ``fn`` takes a :class:`StopHookInput` and returns a :class:`StopHookResult` or ``None``
-    (``None`` passes); it may be a coroutine function. A sync ``fn`` runs on the event loop, so
-    it must be quick, unless ``in_thread=True`` moves it to a worker thread. Exceptions from
-    ``fn`` propagate; :class:`StopHooks` turns them into an ``error``.
+    (``None`` passes); it may be a coroutine function. Exceptions from ``fn`` propagate;
+    :class:`StopHooks` turns them into an ``error``.
+
+    A sync ``fn`` runs in a worker thread (``in_thread=True``, the default), so a hook that
+    blocks (a subprocess, a network call, a lock) holds neither the event loop nor the run:
+    interrupts, tool watchdogs and the other hooks go on, and at ``timeout_s`` (or an
+    interrupt, or :class:`~effects.run.Timeouts` ``stop_hooks_s``) the run stops waiting for it.
+    Python cannot stop a thread: an abandoned hook runs on until ``fn`` returns, and what it
+    returns then is dropped. ``in_thread=False`` runs ``fn`` on the event loop (for a quick
+    ``fn`` that touches objects bound to the loop); there nothing can stop it while it runs.
+    An async ``fn`` always runs on the loop. Past ``timeout_s`` seconds the hook's result is an
+    ``error`` (``Stop hook NAME timed out after N s``), as for :class:`CommandStopHook`.
     """
 
-    __slots__ = ("_fn", "_in_thread", "name")
+    __slots__ = ("_fn", "_in_thread", "name", "timeout_s")
 
-    def __init__(self, fn: PythonHookFn, *, name: str | None = None, in_thread: bool = False):
+    def __init__(
+        self,
+        fn: PythonHookFn,
+        *,
+        name: str | None = None,
+        in_thread: bool = True,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ):
+        _positive(None, None, timeout_s)
         self._fn = fn
         self._in_thread = in_thread
+        self.timeout_s = timeout_s
         self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
 
     def __repr__(self) -> str:
         return f"PythonStopHook({self.name!r})"
 
     async def __call__(self, payload: StopHookInput) -> StopHookResult:
-        out: object
-        if self._in_thread and not _is_async_callable(self._fn):
-            out = await anyio.to_thread.run_sync(self._fn, payload)
-        else:
-            out = self._fn(payload)
-        if inspect.isawaitable(out):
-            out = await out
+        out: object = None
+        done = False
+        with anyio.move_on_after(self.timeout_s):
+            if self._in_thread and not _is_async_callable(self._fn):
+                # abandoned on cancel: the run stops waiting, the thread runs on
+                out = await anyio.to_thread.run_sync(self._fn, payload, abandon_on_cancel=True)
+            else:
+                out = self._fn(payload)
+            if inspect.isawaitable(out):
+                out = await out
+            done = True
+        if not done:
+            return StopHookResult(
+                error=f"Stop hook {self.name} timed out after {self.timeout_s:g} s"
+            )
         if out is None:
             return PASS
         if not isinstance(out, StopHookResult):

@@ -52,6 +52,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from effects.boundary import (
+    ToolUseIds,
     clean,
     clean_block,
     clean_event,
@@ -317,6 +318,7 @@ class Run:
         self._transcript: Any = None
         self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
         self._entered = False
+        self._tool_use_ids = ToolUseIds()  # the ids a response may not reuse (B-MODEL-2)
 
     # -- public API ------------------------------------------------------------------------
 
@@ -604,7 +606,7 @@ class Run:
         stream = self._model.stream(effect)
         call_id = effect.call_id
         ended = False
-        tool_ids: set[str] = set()
+        tool_ids = self._tool_use_ids.response(effect.conversation)
         try:
             async for event in stream:
                 if (

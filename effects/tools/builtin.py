@@ -37,7 +37,7 @@ import attrs
 
 from effects.procs import open_process_tree
 from effects.tools.base import Tool, ToolContext, ToolOutput, tool_use_error
-from effects.tools.confine import Refused, Walker, check_links, os_message
+from effects.tools.confine import Refused, Walker, check_links, os_message, show_name
 from reducer.events import InterruptBehavior
 
 __all__ = [
@@ -490,6 +490,7 @@ class _GlobPattern:
         return frozenset(out)
 
     def visit(self, state: _GlobState, name: str, is_dir: bool) -> tuple[_GlobState | None, bool]:
+        name = show_name(name)  # a pattern matches a name as the tools show it
         last = len(self.parts) - 1
         if not is_dir:
             return None, any(

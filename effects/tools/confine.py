@@ -17,6 +17,12 @@ place inside the workspace. A link that leads outside is refused; so is a chain 
 40 links. Tree walks (Glob, Grep) descend into real directories only; a symlink entry is
 resolved by the same walk and used only when it ends on a regular file inside.
 
+A name that is not UTF-8 (Python holds its undecodable bytes as the lone surrogates
+U+DC80..U+DCFF, ``surrogateescape``) is shown by :meth:`Walker.display` with each such byte as
+the four characters ``\\xHH`` (:func:`show_name`), text any JSON or API carries; a path
+component given back in that form is taken as the bytes it stands for when no entry of that
+literal name exists (:func:`unescape_name`), so every name a tool reports can be used again.
+
 A regular file with more than one hard link is refused unless the caller allows hard links:
 a hard link is the one way a file from outside can appear inside the workspace without a
 symlink, and it cannot be told apart from a file that belongs there.
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -42,6 +49,8 @@ __all__ = [
     "Walker",
     "check_links",
     "hard_link_message",
+    "show_name",
+    "unescape_name",
 ]
 
 #: Links followed in one walk before it gives up, as Linux does.
@@ -152,6 +161,27 @@ def _normalise(parts: list[str]) -> tuple[int, list[str]]:
 
 T = TypeVar("T")
 
+_UNDECODABLE: Final = re.compile("[\udc80-\udcff]")
+_ESCAPED: Final = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])")
+
+
+def show_name(name: str) -> str:
+    """``name`` with each undecodable byte (a lone surrogate U+DC80..U+DCFF, as ``os`` decodes
+    a non-UTF-8 name) written as ``\\xHH``; the same str when it has none."""
+    if name.isascii() or _UNDECODABLE.search(name) is None:
+        return name
+    return _UNDECODABLE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", name)
+
+
+def unescape_name(name: str) -> str:
+    """The inverse of :func:`show_name`: each ``\\xHH`` with HH from 80 to ff (the bytes
+    that are never valid UTF-8 alone) as the byte it stands for; the same str when it has
+    none."""
+    if "\\x" not in name:
+        return name
+    return _ESCAPED.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), name)
+
+
 
 class Walker:
     """An open walk from the workspace root: a stack of directory descriptors, one per level.
@@ -214,9 +244,10 @@ class Walker:
         return len(self.fds) - 1
 
     def display(self, name: str | None = None) -> str:
-        """The workspace-relative path of ``name`` in the current directory (or of it)."""
+        """The workspace-relative path of ``name`` in the current directory (or of it), with
+        undecodable bytes shown as ``\\xHH`` (:func:`show_name`)."""
         parts = self.names if name is None else [*self.names, name]
-        return "/".join(parts) if parts else "."
+        return show_name("/".join(parts)) if parts else "."
 
     def outside(self) -> Refused:
         return Refused(f"Path is outside the workspace {self.root}: {self.raw}")
@@ -285,6 +316,21 @@ class Walker:
             parts = target.split("/")
         return deque([*parts, *pending])
 
+    def _named(self, part: str) -> str:
+        """``part`` as given when an entry of that name exists (or the bytes it would stand
+        for name none), else the entry its ``\\xHH`` escapes name (:func:`unescape_name`).
+        Only the name is chosen here; it is then used like any other, without following."""
+        raw = unescape_name(part)
+        if raw == part:
+            return part
+        for name in (part, raw):
+            try:
+                os.stat(name, dir_fd=self.top, follow_symlinks=False)
+            except OSError:
+                continue
+            return name
+        return part
+
     def walk(
         self,
         parts: list[str],
@@ -310,6 +356,8 @@ class Walker:
             if part == "..":
                 self._pop()
                 continue
+            if "\\x" in part:
+                part = self._named(part)
             if not pending:  # the last component, named as a file: look, do not open
                 try:
                     st = os.stat(part, dir_fd=self.top, follow_symlinks=False)

@@ -25,7 +25,10 @@ behind while its coroutine runs in the caller's task. A tool that does this mark
 then runs on an event loop of its own in a worker thread, and the caller stops waiting at the
 deadline; the tool's loop is told to cancel, and if the tool does not stop, its thread is
 abandoned and its result dropped. At most :data:`MAX_ISOLATED` such threads run at once,
-abandoned ones included; past that a call fails at once.
+abandoned ones included; past that a call fails at once. Isolation is opt-in: an isolated
+call cannot use objects bound to the caller's loop and costs a thread and a loop per call, so
+an unmarked tool that blocks this way holds its call (and an interrupt) until it returns
+(README, "Timeouts").
 """
 
 from __future__ import annotations

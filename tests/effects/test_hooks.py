@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -588,3 +589,123 @@ async def test_runner_reports_each_hook_with_its_duration(tmp_path: Path, hook_s
     assert [r.name for r in runs] == [hooks.hooks[0].name, "py"]  # type: ignore[attr-defined]
     assert runs[0].result.system_message == "hook stopped the session"
     assert all(r.duration_ms >= 0 for r in runs) and hooks.report(4) is None
+
+
+# -- a blocking sync hook (E-TIMEOUT-2) ----------------------------------------------------------
+
+
+class Blocker:
+    """A sync hook that blocks its thread until released (at most 10 s)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.returned = threading.Event()
+
+    def __call__(self, payload: StopHookInput) -> StopHookResult:
+        self.started.set()
+        self.release.wait(10)
+        self.returned.set()
+        return StopHookResult(blocking_error="late")
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("E-TIMEOUT-2")
+async def test_a_blocking_sync_hook_times_out_and_leaves_the_loop_free(tmp_path: Path) -> None:
+    """It ran on the event loop: the loop stood still for as long as it blocked, and no
+    timeout could end it. Now the loop ticks, the other hook finishes, and the hook's timeout
+    gives an error at once; the thread's late answer is dropped."""
+    blocker = Blocker()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async def quick(p: StopHookInput) -> StopHookResult:
+        await anyio.sleep(0.05)
+        return StopHookResult(blocking_error="quick")
+
+    hooks = [PythonStopHook(blocker, name="blocker", timeout_s=0.3), PythonStopHook(quick)]
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            t0 = time.monotonic()
+            with anyio.fail_after(5):
+                finished = await _run(hooks, tmp_path)
+            took = time.monotonic() - t0
+            tg.cancel_scope.cancel()
+    finally:
+        blocker.release.set()
+    assert blocker.started.is_set()
+    assert finished.error == "Stop hook blocker timed out after 0.3 s"
+    assert finished.blocking_errors == ("quick",)
+    assert 0.25 < took < 2.0, took
+    assert ticks >= 5, ticks  # the loop ran while the hook blocked
+    assert blocker.returned.wait(5)  # the thread ends when released; its answer went nowhere
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("E-TIMEOUT-2", "I-6")
+@pytest.mark.parametrize("how", ["interrupt", "run-timeout"])
+async def test_a_blocking_sync_hook_yields_to_an_interrupt_and_the_run_timeout(
+    tmp_path: Path, how: str
+) -> None:
+    """The whole run: an interrupt during a blocking hook ends the turn at once
+    (stop_hook_prevented), and Timeouts.stop_hooks_s ends the hooks with a warning."""
+    from effects import run
+    from effects.run import Timeouts
+    from effects.scripted import ScriptedModel, reply
+    from effects.tools import ToolRegistry
+
+    blocker = Blocker()
+    tools = ToolRegistry([])
+    model = ScriptedModel([reply("done")], traits_for=tools.traits)
+    hooks = StopHooks([PythonStopHook(blocker, name="blocker")])  # the default 600 s timeout
+    timeouts = Timeouts(stop_hooks_s=0.3 if how == "run-timeout" else None)
+    t0 = time.monotonic()
+    try:
+        with anyio.fail_after(5):
+            async with run(
+                "go",
+                model=model,
+                tools=tools,
+                workspace=tmp_path,
+                stop_hooks=hooks,
+                timeouts=timeouts,
+            ) as r:
+                async with anyio.create_task_group() as tg:
+
+                    async def interrupt_when_blocked() -> None:
+                        while not blocker.started.is_set():
+                            await anyio.sleep(0.01)
+                        r.interrupt("hard")
+
+                    if how == "interrupt":
+                        tg.start_soon(interrupt_when_blocked)
+                    async for _ in r:
+                        pass
+    finally:
+        blocker.release.set()
+    took = time.monotonic() - t0
+    assert r.result is not None and blocker.started.is_set()
+    assert took < 2.0, took
+    if how == "interrupt":
+        assert r.result.terminal.TAG == "stop_hook_prevented"
+    else:
+        assert r.result.terminal.TAG == "completed"
+    assert blocker.returned.wait(5)
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("E-TIMEOUT-2")
+async def test_in_thread_false_runs_on_the_loop(tmp_path: Path) -> None:
+    """The opt-out: the hook runs in the loop's own thread."""
+    seen: list[int] = []
+    hook = PythonStopHook(lambda p: seen.append(threading.get_ident()), in_thread=False)
+    await _run([hook, PythonStopHook(lambda p: seen.append(threading.get_ident()))], tmp_path)
+    assert seen[0] == threading.get_ident() != seen[1]
+    with pytest.raises(ValueError, match="timeout_s must be positive"):
+        PythonStopHook(lambda p: None, timeout_s=0)

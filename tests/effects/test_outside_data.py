@@ -149,6 +149,69 @@ async def test_duplicate_tool_use_ids_end_in_model_error(tmp_path: Path) -> None
     assert "tool_use id 'toolu_1' appears twice in one response" in res.terminal.error.message
 
 
+_REUSED = "tool_use id 'toolu_1' is already used by an earlier message of the conversation"
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("B-MODEL-2", "T-MODEL-1")
+async def test_a_tool_use_id_of_an_earlier_round_ends_in_model_error(tmp_path: Path) -> None:
+    """The second round reuses the first round's id: the run completed with the id twice in
+    the conversation (a conversation the API refuses: tool_result pairing is by id)."""
+    script = [
+        response(tool_use("Odd", {}, "toolu_1"), stop_reason="tool_use"),
+        response(TextBlock(text="again"), tool_use("Odd", {}, "toolu_1"), stop_reason="tool_use"),
+        reply("unused"),
+    ]
+    res = await _run(tmp_path, script, [Odd()])
+    assert res.terminal.TAG == "model_error"
+    assert _REUSED in res.terminal.error.message
+    uses, _ = _pairs(res.state.conversation.messages())
+    assert uses == ["toolu_1"]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("B-MODEL-2")
+async def test_a_tool_use_id_of_an_earlier_turn_ends_in_model_error(tmp_path: Path) -> None:
+    """The next turn of a session sends the whole conversation: an id of the first turn is as
+    taken as one of this turn. Control: a fresh id in the same place runs."""
+    for sub in ("a", "toolu_1", "toolu_2"):
+        (tmp_path / sub).mkdir()
+    first = await _run(
+        tmp_path / "a",
+        [response(tool_use("Odd", {}, "toolu_1"), stop_reason="tool_use"), reply("one")],
+        [Odd()],
+    )
+    assert first.terminal.TAG == "completed"
+    session = first.state.session()
+    for tid, terminal in (("toolu_1", "model_error"), ("toolu_2", "completed")):
+        script = [response(tool_use("Odd", {}, tid), stop_reason="tool_use"), reply("two")]
+        res = await _run(tmp_path / tid, script, [Odd()], prompt="again", session=session)
+        assert res.terminal.TAG == terminal, tid
+        if terminal == "model_error":
+            assert _REUSED in res.terminal.error.message
+
+
+@pytest.mark.spec("B-MODEL-2")
+def test_the_id_index_reads_only_new_messages_and_restarts_on_a_new_history() -> None:
+    """Unit: appended messages extend the index; a conversation that does not extend the last
+    one read (after a compaction) is read whole, so a dropped id is free again."""
+    from effects.boundary import ToolUseIds
+    from reducer.conversation import Conversation
+
+    def said(*ids: str) -> AssistantMessage:
+        blocks = tuple(tool_use("Odd", {}, i) for i in ids)
+        return AssistantMessage(id="m", response_id="r", model="m", content=blocks)
+
+    index = ToolUseIds()
+    c1 = Conversation.of([UserMessage(id="u", content=(TextBlock(text="go"),)), said("a", "b")])
+    assert index.of(c1) == {"a", "b"}
+    c2 = c1.append(said("c"))
+    assert index.of(c2) == {"a", "b", "c"}
+    compacted = Conversation.of([UserMessage(id="s", content=(TextBlock(text="summary"),))])
+    assert index.of(compacted.append(said("d"))) == {"d"}
+    assert index.response(c1).earlier() == {"a", "b"}
+
+
 @pytest.mark.anyio
 @pytest.mark.spec("B-MODEL-1")
 @pytest.mark.parametrize(
@@ -237,7 +300,7 @@ async def test_undecodable_file_name_from_glob(tmp_path: Path) -> None:
     res = await _run(tmp_path, script, tools)
     assert res.terminal.TAG == "completed"
     (result,) = _results(res.state.conversation.messages())
-    assert "bad\ufffd.txt" in result.content and not result.is_error
+    assert result.content == "bad\\xff.txt" and not result.is_error  # E-CONFINE-4
 
 
 @pytest.mark.anyio

@@ -261,3 +261,66 @@ async def test_platform_without_dir_fd_refuses_clearly(
     registry = ToolRegistry(builtin_tools(workspace))
     for name, input in GIVE_UP_CALLS:
         assert_error(await call(registry, name, input), "confined file access is not available")
+
+
+# -- names that are not UTF-8 ------------------------------------------------------------------
+
+
+def _make(root: Path, rel: bytes, content: bytes | None = None) -> None:
+    path = os.fsencode(root) + b"/" + rel
+    if content is None:
+        os.mkdir(path)
+        return
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.write(fd, content)
+    os.close(fd)
+
+
+@pytest.mark.spec("E-CONFINE-4")
+@pytest.mark.anyio
+async def test_a_non_utf8_name_round_trips_through_every_tool(workspace: Path) -> None:
+    """``bad\\xff.txt`` in a directory ``d\\xe9`` (Latin-1 bytes): Glob and Grep showed the
+    bytes as U+FFFD, a name that opened nothing. Now they show ``\\xHH`` and Read, Edit, Write,
+    Grep and Glob take that name back; a file literally named with a backslash is used as
+    named when it exists."""
+    _make(workspace, b"d\xe9")
+    _make(workspace, b"d\xe9/bad\xff.txt", b"needle one\n")
+    registry = ToolRegistry(builtin_tools(workspace))
+    shown = r"d\xe9/bad\xff.txt"
+    listed = await call(registry, "Glob", {"pattern": "**/*.txt"})
+    assert listed.content == shown
+    assert (await call(registry, "Glob", {"pattern": r"*/bad\xff*"})).content == shown
+    assert (await call(registry, "Grep", {"pattern": "needle"})).content == f"{shown}:1:needle one"
+    read = await call(registry, "Read", {"file_path": listed.content})
+    assert read.content == "     1\tneedle one", read
+    edit = {"file_path": shown, "old_string": "one", "new_string": "two"}
+    assert (await call(registry, "Edit", edit)).content == f"Replaced 1 occurrence in {shown}"
+    write = await call(registry, "Write", {"file_path": shown, "content": "three\n"})
+    assert write.content == f"Updated {shown} (6 bytes)"
+    grep = await call(registry, "Grep", {"pattern": "three", "path": r"d\xe9", "glob": r"*\xff*"})
+    assert grep.content == f"{shown}:1:three"
+    assert os.listdir(os.fsencode(workspace) + b"/d\xe9") == [b"bad\xff.txt"]
+    absolute = await call(registry, "Read", {"file_path": f"{workspace}/{shown}"})
+    assert absolute.content == "     1\tthree"
+    # a literal name wins where both exist; a new name is created as written
+    _make(workspace, b"d\xe9/lit\\xff", b"literal\n")
+    _make(workspace, b"d\xe9/lit\xff", b"bytes\n")
+    assert (await call(registry, "Read", {"file_path": r"d\xe9/lit\xff"})).content.endswith(
+        "literal"
+    )
+    await call(registry, "Write", {"file_path": r"new\xff", "content": "x"})
+    assert (workspace / "new\\xff").read_text() == "x"
+
+
+@pytest.mark.spec("E-CONFINE-4")
+def test_show_name_and_unescape_name_are_inverse() -> None:
+    from effects.tools.confine import show_name, unescape_name
+
+    for raw in (b"plain.txt", b"bad\xff.txt", b"\x80\xfe/\xc3", "é.txt".encode()):
+        name = os.fsdecode(raw)
+        shown = show_name(name)
+        shown.encode("utf-8")  # always sendable
+        assert unescape_name(shown) == name
+        assert os.fsencode(unescape_name(shown)) == raw
+    assert show_name("é.txt") == "é.txt"
+    assert unescape_name(r"a\x41\x7f") == r"a\x41\x7f"  # only bytes 80..ff are escapes
