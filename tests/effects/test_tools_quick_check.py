@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
 
@@ -53,7 +53,7 @@ def test_the_quick_check_never_accepts_what_the_validator_rejects(name: str) -> 
     assert accepts is not None, f"{name}: a plain schema the quick check should cover"
     validator = Draft202012Validator(schema)
 
-    @settings(max_examples=400, deadline=None)
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(inputs_for(schema))
     def agree(value: Any) -> None:
         if accepts(value):
