@@ -153,6 +153,7 @@ class Abstraction:
             _sat(s.mot_recovery_count, cfg.mot_recovery_limit),
             _sat(s.stop_hook_blocks, self.blocks_bound),
             _sat(s.tracking.consecutive_failures, cfg.max_autocompact_failures),
+            _sat(s.pause_resumes, cfg.pause_turn_resumes),  # [S-PAUSE-1] resumes in a row
             turns,
             s.model != cfg.model,
             self.token_class(s),
