@@ -529,6 +529,35 @@ def test_cli_check_reports_the_reference_flaws_and_writes_counterexamples(tmp_pa
     assert main(["replay", str(tmp_path / "steploop-check-INV-3.jsonl")], out=replay_out) == 0, (
         replay_out.getvalue()
     )
+    # ... and carries, at every step, the transition advance() reports (the last it passed)
+    from effects.trace import StepRecord, TraceReader
+
+    for inv in ("INV-3", "INV-13"):
+        path = tmp_path / f"steploop-check-{inv}.jsonl"
+        recorded = [r.transition for r in TraceReader(path) if isinstance(r, StepRecord)]
+        cex = rep_cex(path.with_suffix(".json"))
+        s, _, passed = begin(cex.request, cex.config, cex.session)
+        expected = [passed[-1] if passed else None]
+        for ev in cex.trace_events():
+            s, _, passed = advance(s, ev, cex.config)
+            expected.append(passed[-1] if passed else None)
+        assert recorded == expected
+        assert any(isinstance(t, MaxOutputTokensEscalate) for t in recorded) or inv != "INV-3"
+        assert any(isinstance(t, StopHookBlocking) for t in recorded) or inv != "INV-13"
+
+
+def rep_cex(sidecar: Path) -> Any:
+    """The counterexample a ``steploop check`` sidecar describes."""
+    from reducer.explore import Counterexample
+
+    data = json.loads(sidecar.read_text())
+    return Counterexample(
+        config=structure(data["config"], LoopConfig),
+        request=structure(data["request"], Request),
+        events=tuple(structure(e, Event) for e in data["events"]),
+        invariant=data["invariant"],
+        explanation=data["explanation"],
+    )
 
 
 @pytest.mark.spec("ABS-3")
