@@ -5,6 +5,7 @@ here (that is scripts/mutation.py's job); these tests keep the generator honest.
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 from pathlib import Path
 
@@ -119,3 +120,78 @@ def test_the_hole_mutants_of_issue_12_are_generated(all_mutants: list[mu.Mutant]
     assert ("_synthesize_results", "cmp", "'!=' -> '=='") in found
     assert ("RetryPolicy.delay_ms", "const", "0 -> 1") in found
     assert any(f == "on_stop_hooks" and op == "stmt" and c == "delete s = _commit(s)" for f, op, c in found)
+
+
+def test_statements_declared_unreachable_get_no_mutants(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A statement marked ``# pragma: no cover`` and an ``assert_never`` call (and what is in
+    them) are not mutated: no test could see the change; the rest of the function is."""
+    src = textwrap.dedent(
+        """
+        def f(a):
+            if a > 1:
+                return 2
+            if a < 0:  # pragma: no cover
+                raise AssertionError(a + 1)
+            assert_never(a)
+        """
+    )
+    (tmp_path / "x.py").write_text(src)
+    monkeypatch.setattr(mu, "ROOT", tmp_path)
+    got = {(m.line, m.op, m.change) for m in mu.generate([_fs(src)])}
+    assert {line for line, _, _ in got} == {3, 4}
+    assert (3, "cmp", "'>' -> '>='") in got
+
+
+def test_functions_the_import_calls_are_found(tmp_path: Path) -> None:
+    """Called by module-level code (a table built at import), or by such a function: the
+    recorder never sees those calls, so the runner must treat them as every test's."""
+    tree = ast.parse(
+        textwrap.dedent(
+            """
+            def helper(x): return x
+            def build(row): return helper(row)
+            def handler(s): return build(s)
+            def unused(): return 1
+            TABLE = {"a": handler}
+            COMPILED = {r: build(r) for r in (1, 2)}
+            """
+        )
+    )
+    assert mu._import_time(tree) == {"build", "helper"}
+
+
+def test_the_full_order_is_a_seeded_shuffle(all_mutants: list[mu.Mutant]) -> None:
+    """--full runs the mutants in a seeded random order, so a part of the run is a sample."""
+    order = sorted(all_mutants, key=lambda m: mu._rank(m, "steploop"))
+    first = order[: len(order) // 10]
+    assert order == sorted(all_mutants, key=lambda m: mu._rank(m, "steploop"))
+    assert order != all_mutants
+    assert len({m.file for m in first}) > 1 and len({m.function for m in first}) > 20
+
+
+def test_outcome_records_read_back_and_bad_ones_are_one_line(tmp_path: Path, all_mutants: list[mu.Mutant]) -> None:
+    """What --json writes, --resume reads: outcomes of mutants still generated (a later line
+    of a key wins), a stale key left out; a malformed line names the file and line."""
+    a, b = all_mutants[0], all_mutants[1]
+    eq: dict[str, str] = {}
+    recs = [
+        mu.Outcome(a, "survived", "", 2.0, 10),
+        mu.Outcome(b, "killed", "tests/x.py::t", 0.5, 1),
+        mu.Outcome(a, "killed", "tests/y.py::t", 0.7, 3),
+    ]
+    path = tmp_path / "out.jsonl"
+    lines = [json.dumps(mu._as_record(o, eq)) for o in recs]
+    lines.append(json.dumps({**mu._as_record(recs[0], eq), "key": "gone | f | cmp | x | y"}))
+    path.write_text("\n".join(lines) + "\n")
+    got = mu.read_records(path, {m.key: m for m in all_mutants})
+    assert [(o.mutant.key, o.status, o.detail) for o in got] == [
+        (a.key, "killed", "tests/y.py::t"),
+        (b.key, "killed", "tests/x.py::t"),
+    ]
+    assert mu.read_records(tmp_path / "none.jsonl", {}) == []
+    path.write_text(lines[0] + "\n{not json\n")
+    with pytest.raises(mu.RecordError, match=r"out\.jsonl, line 2: not an outcome record"):
+        mu.read_records(path, {m.key: m for m in all_mutants})
+    path.write_text(json.dumps({**mu._as_record(recs[0], eq), "status": "maybe"}) + "\n")
+    with pytest.raises(mu.RecordError, match="line 1"):
+        mu.read_records(path, {m.key: m for m in all_mutants})

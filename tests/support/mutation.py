@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENTS = ROOT / "specs" / "mutation-equivalents.txt"
@@ -396,6 +396,23 @@ def _edits(node: ast.AST, path: tuple[tuple[str, int | None], ...]) -> Iterator[
         yield _Edit("stmt", f"delete {_short(node)}", delete)
 
 
+def _declared_unreachable(node: ast.AST, lines: Sequence[str]) -> bool:
+    """A statement the code declares never runs: marked ``# pragma: no cover`` (the
+    ladders' "the last rung always ends the round"), or an ``assert_never(...)`` call (there
+    for the type checker's exhaustiveness check). Mutating it can change no behaviour a test
+    could see, so no mutant is made of it or of anything inside it."""
+    if not isinstance(node, ast.stmt):
+        return False
+    if "pragma: no cover" in lines[node.lineno - 1]:
+        return True
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "assert_never"
+    )
+
+
 def generate(functions: Sequence[FunctionSource] | None = None) -> list[Mutant]:
     """Every mutant of every function in scope, in source order."""
     out: list[Mutant] = []
@@ -406,7 +423,15 @@ def generate(functions: Sequence[FunctionSource] | None = None) -> list[Mutant]:
             if (stmt_i == 0 and _is_docstring(stmt)) or isinstance(stmt, ast.Assert):
                 continue
             top: tuple[tuple[str, int | None], ...] = (("body", stmt_i),)
+            skipped: list[tuple[int, int]] = []  # line ranges declared unreachable
             for node, path in [(stmt, top), *_walk(stmt, top)]:
+                at: int | None = getattr(node, "lineno", None)
+                if at is not None and any(a <= at <= b for a, b in skipped):
+                    continue
+                if _declared_unreachable(node, lines):
+                    assert isinstance(node, ast.stmt)
+                    skipped.append((node.lineno, node.end_lineno or node.lineno))
+                    continue
                 for k, edit in enumerate(_edits(node, path)):
                     line = getattr(node, "lineno", fs.node.lineno)
                     site = lines[line - 1].strip()
@@ -527,10 +552,13 @@ def sample(
 # --- running ----------------------------------------------------------------------------------
 
 
+STATUSES: Final = ("killed", "timeout", "survived", "uncovered", "identical", "error")
+
+
 @dataclass
 class Outcome:
     mutant: Mutant
-    status: str  # killed | timeout | survived | uncovered | identical | error
+    status: str  # one of STATUSES
     detail: str = ""  # the killing test, or why
     seconds: float = 0.0
     tests_run: int = 0
@@ -837,7 +865,9 @@ class Orchestrator:
         # functions that ran while the test modules were imported (configs built at import):
         # their mutants run in a fresh interpreter, where the import sees the mutant
         self.import_hits = {self.statements.function_of[n] for n in self.hits}
-        self.import_hits |= {f"{fs.file}::{fs.qualname}" for fs in self.fns.values() if fs.at_import}
+        self.import_hits |= {
+            f"{fs.file}::{fs.qualname}" for fs in self.fns.values() if fs.at_import
+        }
         self.hits.clear()
         self.rec.hits = self.hits
 
@@ -1251,6 +1281,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--timeout", type=float, default=3600.0, help="most seconds for one mutant (default 3600)"
     )
     ap.add_argument("--json", type=Path, help="write every outcome to this file")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the outcomes already in --json and run only the mutants it lacks",
+    )
+    ap.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="with --resume: run again the mutants recorded as surviving (after new tests)",
+    )
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help="summarise the outcomes in --json and run nothing",
+    )
     ap.add_argument("--quiet", action="store_true", help="print survivors and the summary only")
     args = ap.parse_args(argv)
 
@@ -1274,15 +1319,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         candidates = [m for m in all_mutants if m.key not in equivalents]
         chosen = sample(candidates, args.per_guard, args.per_other, args.seed)
     else:
-        chosen = all_mutants
+        # a seeded random order: a run stopped part way (and resumed later) has run a uniform
+        # sample of all the mutants, not the first functions of the first file
+        chosen = sorted(all_mutants, key=lambda m: _rank(m, args.seed))
     if not chosen:
         print("no mutant matches")
         return 2
+    if (args.resume or args.report or args.rerun_survivors) and args.json is None:
+        print("mutation: --resume, --rerun-survivors and --report read the outcomes of --json FILE")
+        return 2
+    if args.rerun_survivors and not args.resume:
+        print("mutation: --rerun-survivors goes with --resume")
+        return 2
 
     t0 = time.perf_counter()
+    reused: list[Outcome] = []
+    if args.json and (args.resume or args.report):
+        try:
+            recorded = read_records(args.json, {m.key: m for m in chosen})
+        except RecordError as e:
+            print(f"mutation: {e}")
+            return 2
+        keep = ("killed", "timeout", "identical") if args.rerun_survivors else None
+        reused = [o for o in recorded if keep is None or o.status in keep]
+    if args.report:
+        return _print_summary(reused, equivalents, args, len(chosen), 0.0)
+    done_keys = {o.mutant.key for o in reused}
+    todo = [m for m in chosen if m.key not in done_keys]
 
-    if args.json:
-        args.json.write_text("", encoding="utf-8")
+    if args.json:  # the outcomes kept, then one line a mutant as each ends
+        args.json.write_text(
+            "".join(json.dumps(_as_record(o, equivalents)) + "\n" for o in reused),
+            encoding="utf-8",
+        )
+    if reused:
+        print(f"{len(reused)} outcomes kept from {args.json}; {len(todo)} mutants to run")
+    if not todo:
+        return _print_summary(reused, equivalents, args, len(chosen), time.perf_counter() - t0)
 
     def progress(o: Outcome, done: int, total: int) -> None:
         if args.json:  # one JSON object a line, written as each mutant ends
@@ -1300,15 +1373,72 @@ def main(argv: Sequence[str] | None = None) -> int:
     _prepare_parent()
     import pytest
 
-    orch = Orchestrator(chosen, fns, args.jobs, args.timeout, progress)
+    orch = Orchestrator(todo, fns, args.jobs, args.timeout, progress)
     pytest.main([*KILL_SET, *PYTEST_ARGS], plugins=[orch])
     if orch.problem is not None:
         print(f"mutation: {orch.problem}")
         return 2
-    outcomes = orch.outcomes
-    s = summarize(outcomes, equivalents, full=args.full)
-    wall = time.perf_counter() - t0
+    outcomes = reused + orch.outcomes
+    return _print_summary(outcomes, equivalents, args, len(chosen), time.perf_counter() - t0)
+
+
+class RecordError(Exception):
+    """An outcomes file that cannot be read back (one line saying where and why)."""
+
+
+def read_records(path: Path, mutants: dict[str, Mutant]) -> list[Outcome]:
+    """The outcomes recorded in ``path`` (one JSON object a line, as ``--json`` writes them)
+    of the mutants in ``mutants``; records of mutants no longer generated (the code changed
+    there) are left out, and a later record of a key replaces an earlier one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(f"cannot read {path}: {e}") from None
+    found: dict[str, Outcome] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            key, status = rec["key"], rec["status"]
+            if not isinstance(key, str) or status not in STATUSES:
+                raise ValueError
+            outcome = (
+                Outcome(
+                    mutants[key],
+                    status,
+                    str(rec.get("detail", "")),
+                    float(rec.get("seconds", 0.0)),
+                    int(rec.get("tests_run", 0)),
+                    bool(rec.get("fresh", False)),
+                )
+                if key in mutants
+                else None
+            )
+        except (ValueError, KeyError, TypeError):
+            raise RecordError(f"{path}, line {n}: not an outcome record of this runner") from None
+        if outcome is not None:
+            found[key] = outcome
+    return list(found.values())
+
+
+def _print_summary(
+    outcomes: Sequence[Outcome],
+    equivalents: dict[str, str],
+    args: argparse.Namespace,
+    chosen: int,
+    wall: float,
+) -> int:
+    complete = len(outcomes) == chosen
+    s = summarize(outcomes, equivalents, full=args.full and complete)
     print()
+    if not complete:
+        print(
+            f"{len(outcomes)} of the {chosen} mutants have an outcome (a uniform sample of them "
+            "under --full's seeded order); the figures below are of those"
+        )
     if s.survivors:
         print(
             f"{len(s.survivors)} unexplained survivors (kill them with a test, or list them with the reason in specs/mutation-equivalents.txt):"
@@ -1328,7 +1458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"guard functions: {s.guard_generated} mutants, killed {s.guard_killed}, equivalent {s.guard_equivalent}, "
         f"survived {len(s.guard_survivors)}; kill rate {s.guard_rate:.1%}"
     )
-    print(f"wall time {wall:.0f} s ({args.jobs} processes)")
+    if not args.report:
+        print(f"wall time {wall:.0f} s ({args.jobs} processes)")
     if args.sample:
         return 1 if s.guard_survivors else 0
-    return 1 if s.survivors or s.stale else 0
+    return 1 if s.survivors or s.stale or not complete else 0
