@@ -139,6 +139,7 @@ class Abstraction:
             r.hook_stop,
             _tag(r.pending_terminal),
             r.abort_kind,
+            r.max_tokens,  # lowered by R-OVERFLOW-1; the world's overflow numbers derive from it
             slots,
         )
         seg = min(self.segments(s.conversation), self.segment_cap) if self.segment_cap else 0

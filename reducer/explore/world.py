@@ -54,8 +54,9 @@ class World:
     ``output_tokens`` is the output usage of every response (the token budget counts it).
 
     ``failures`` are failure kinds of ``ModelCallFailed``, and two names for the context
-    overflow of R-OVERFLOW-1: ``context_overflow`` leaves room for the output floor (the call
-    is retried with a lowered cap), ``context_overflow_full`` leaves none (the error stands).
+    overflow of R-OVERFLOW-1: ``context_overflow`` is over the limit by one token (the call is
+    retried with a lowered cap when the room left reaches the output floor),
+    ``context_overflow_full`` leaves less room than the floor (the error stands).
     ``pauses``: the usage classes of a reply that ends with ``pause_turn`` (S-PAUSE-1);
     ``pause_runs_only``: a pause is offered only while the responses before it in a row were
     paused and resumed (the deep tier follows a run of pauses the full tier began up to the cap
@@ -259,22 +260,26 @@ def _model_moves(state: LoopState, config: LoopConfig, w: World, cid: int) -> li
         if w.refusals:
             out.append(Move("end_tools:refusal", (end("refusal", usages[0][1]),)))
     for kind in w.failures:
-        out.append(Move(f"fail:{kind}", (_failure(config, cid, kind),)))
+        out.append(Move(f"fail:{kind}", (_failure(state, config, cid, kind),)))
     return out
 
 
-def _failure(config: LoopConfig, cid: int, kind: str) -> ModelCallFailed:
-    """The failure ``kind`` of call ``cid``; the two context overflows carry the numbers of
-    the API's message (R-OVERFLOW-1): room for twice the output floor, or for none."""
+def _failure(state: LoopState, config: LoopConfig, cid: int, kind: str) -> ModelCallFailed:
+    """The failure ``kind`` of call ``cid``. The two context overflows carry the numbers of the
+    API's message ``A + B > C`` for the call's own cap B (R-OVERFLOW-1): over the limit by one
+    token (``context_overflow``: room for B - 1 - the safety buffer, retried when that reaches
+    the output floor), or with less room than the floor (``context_overflow_full``)."""
     if kind in ("context_overflow", "context_overflow_full"):
         limit = config.context_window
-        room = 2 * config.floor_output_tokens if kind == "context_overflow" else 0
-        used = max(0, limit - config.overflow_safety_buffer - room)
+        cap = state.round.max_tokens or config.default_max_tokens
+        used = limit - cap + 1
+        if kind == "context_overflow_full":
+            used = max(used, limit - config.overflow_safety_buffer - config.floor_output_tokens + 1)
         return ModelCallFailed(
             call_id=cid,
             kind="context_overflow",
             status=400,
-            message=f"input length and `max_tokens` exceed context limit: {used} + {config.default_max_tokens} > {limit}",
+            message=f"input length and `max_tokens` exceed context limit: {used} + {cap} > {limit}",
             input_tokens=used,
             context_limit=limit,
         )

@@ -115,7 +115,8 @@ def test_an_overflow_with_room_is_retried_lower_and_one_without_room_stands() ->
     cfg = default()
     (st,) = play(cfg, ["fail:context_overflow"])
     (call,) = [e for e in st[2] if isinstance(e, CallModel)]
-    assert call.max_tokens == 2 * cfg.floor_output_tokens < cfg.default_max_tokens
+    # the API said A + B > C by one token: the retry asks for B - 1 - the safety buffer
+    assert call.max_tokens == cfg.default_max_tokens - 1 - cfg.overflow_safety_buffer
     assert st[3].round.retry_attempt == 1
     (st,) = play(cfg, ["fail:context_overflow_full"])
     assert st[3].phase == "done"
