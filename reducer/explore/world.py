@@ -60,8 +60,8 @@ class World:
     ``pauses``: the usage classes of a reply that ends with ``pause_turn`` (S-PAUSE-1);
     ``pause_runs_only``: a pause is offered only while the responses before it in a row were
     paused and resumed (the deep tier follows a run of pauses the full tier began up to the cap
-    of S-PAUSE-1, and starts none); ``refusals``: a reply, and the end of a tool response, that ends with ``refusal``
-    (R-REFUSAL-1).
+    of S-PAUSE-1, and starts none); ``refusals``: a reply, and the end of a tool response, that
+    ends with ``refusal`` (R-REFUSAL-1).
     """
 
     max_tools: int = 2
