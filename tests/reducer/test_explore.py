@@ -317,7 +317,7 @@ def test_full_profile_breaks_only_what_its_flags_explain() -> None:
 @pytest.mark.spec("ABS-3")
 def test_default_profile_with_retries_in_the_deep_tier() -> None:
     """The slow run: the full alphabet within 4 calls, then every retry chain in every round
-    context to the end of the graph (about 200,000 states; several minutes)."""
+    context to the end of the graph (about 700,000 states; over ten minutes on a loaded machine)."""
     rep = explore(default(), rounds=4, deep_world=RETRY_DEEP_WORLD)
     assert rep.ok and rep.complete
     assert rep.longest_progress_free is not None and rep.longest_progress_free > 100
