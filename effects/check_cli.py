@@ -3,7 +3,8 @@
 ``register(subparsers)`` adds the command; ``cmd_check(args, out)`` runs it. The explorer is
 pure and reports progress through a callback; this shell measures the time, draws the
 progress bar (stderr, only with ``--progress`` or when stderr is a terminal) and writes a JSON
-trace for every broken invariant (``steploop-check-INV-n.jsonl`` in ``--out``, default
+trace for every broken invariant, recorded by the driver loop with the transitions of each
+step (``steploop-check-INV-n.jsonl`` in ``--out``, default
 ``steploop-check/``, replayable with
 ``steploop replay``; the move labels and loop sit beside it in ``.json``).
 
@@ -23,6 +24,9 @@ from typing import Any, TextIO
 from rich.text import Text
 
 from effects.cli_common import CliError, config_from, console_for
+from reducer.drive import drive
+from reducer.effects import Effect
+from reducer.events import Event
 from reducer.explore import (
     DEEP_WORLD,
     DEFAULT_ROUNDS,
@@ -32,6 +36,7 @@ from reducer.explore import (
     Report,
     explore,
 )
+from reducer.state import LoopState
 
 __all__ = ["cmd_check", "register"]
 
@@ -128,37 +133,70 @@ class _Bar:
             self.err.flush()
 
 
+class _NotRecorded(Exception):
+    """The trace recorder failed on a step (carries its exception)."""
+
+
+class _Events:
+    """The counterexample as a world (:class:`reducer.drive.World`): its events, in order, are
+    the world's answers whatever the effects ask for (as in an exact replay)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events
+        self.fed = 0
+
+    def perform(self, effect: Effect, state: LoopState) -> None:
+        return None
+
+    def next_event(self, state: LoopState) -> Event | None:
+        if self.fed >= len(self.events):
+            return None
+        self.fed += 1
+        return self.events[self.fed - 1]
+
+
 def _write_cex(cex: Counterexample, out_dir: Path, name: str | None = None) -> tuple[Path, str | None]:
     """Write the counterexample as a trace ``steploop replay`` accepts (and its labels, loop
     and explanation as a JSON sidecar).
 
-    When ``step()`` raises on one of the events (specs/ M-5: a crash the explorer found), the
-    trace holds every step before it and the sidecar says which event raises and how; nothing
-    propagates.
+    The events are stepped by the driver loop (:func:`reducer.drive.drive`) and recorded with
+    the transitions each step reports, as every recorder of steploop does. When ``step()``
+    raises on one of the events (specs/ M-5: a crash the explorer found), the trace holds every
+    step before it and the sidecar says which event raises and how; nothing propagates. Events
+    after the turn's ``Finish`` (a machine that accepts an event after it, INV-12) are not in the
+    trace, whose end record closes it: the sidecar counts them (``after_finish``).
 
     Returns:
         The trace's path, and the crash (``"event N (label): Type: message"``) or None.
     """
     from effects.trace import TraceRecorder
-    from reducer import start, step
 
     path = out_dir / f"steploop-check-{name or cex.invariant}.jsonl"
     crash: str | None = None
     data = cex.to_json()
+    world = _Events(cex.trace_events())
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with TraceRecorder(path, config=cex.config, session=cex.session, request=cex.request) as rec:
-            state, fx = start(cex.request, cex.config, cex.session)
-            rec(None, state, fx)
-            for k, event in enumerate(cex.trace_events()):
+
+            def observe(*step: Any) -> None:
                 try:
-                    state, fx = step(state, event, cex.config)
-                except Exception as exc:  # the crash itself: report it, write what came before
-                    crash = f"event {k} ({type(event).__name__}): {type(exc).__name__}: {exc}"
-                    data["raises_at"] = k
-                    data["raises"] = f"{type(exc).__name__}: {exc}"
-                    break
-                rec(event, state, fx)
+                    rec.observe(*step)
+                except Exception as exc:  # the recorder's own failure, not the machine's
+                    raise _NotRecorded(exc) from exc
+
+            try:
+                drive(world, cex.request, cex.config, cex.session, observer=observe)
+            except _NotRecorded as e:
+                raise CliError(f"cannot record {path}: {e.args[0]}") from None
+            except Exception as exc:  # the crash itself: report it, write what came before
+                k = world.fed - 1
+                event = world.events[k]
+                crash = f"event {k} ({type(event).__name__}): {type(exc).__name__}: {exc}"
+                data["raises_at"] = k
+                data["raises"] = f"{type(exc).__name__}: {exc}"
+        if crash is None and world.fed < len(world.events):
+            data["after_finish"] = len(world.events) - world.fed
         sidecar = path.with_suffix(".json")
         sidecar.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     except OSError as e:

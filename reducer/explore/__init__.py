@@ -3,8 +3,9 @@
 The explorer plays the world against the machine. From the state that :func:`reducer.start`
 returns it tries, in every state, every answer of a small *world alphabet* (:class:`World`): a
 model call is answered with a text reply, a safe or an unsafe tool call, a truncated reply,
-a truncated tool input, or one of the failures (prompt too long, media, overloaded, ...), each
-reply with a usage that puts the context below, between or over the thresholds; compaction
+a truncated tool input, a paused reply (``pause_turn``), a refusal, or one of the failures
+(prompt too long, media, overloaded, a context overflow, ...), each reply with a usage that
+puts the context below, between or over the thresholds; compaction
 succeeds or fails; stop hooks pass, block or prevent; permissions allow, deny or reject; tools
 finish, fail or stop the turn; and the user interrupts (hard or submit) in every phase. Each
 such answer is a :class:`Move`: a short sequence of events computed from the state, so every
@@ -58,6 +59,7 @@ from reducer.explore.invariants import (
     NoHooksAfterApiError,
     NoProgressFreeCycle,
     NothingAfterFinish,
+    PauseResumesBounded,
     ReactiveOnce,
     ResultsNeverReplaced,
     StopHookCap,
@@ -104,6 +106,7 @@ __all__ = [
     "NoProgressFreeCycle",
     "NothingAfterFinish",
     "Observation",
+    "PauseResumesBounded",
     "ReactiveOnce",
     "Report",
     "ResultsNeverReplaced",

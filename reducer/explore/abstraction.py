@@ -139,6 +139,7 @@ class Abstraction:
             r.hook_stop,
             _tag(r.pending_terminal),
             r.abort_kind,
+            r.max_tokens,  # lowered by R-OVERFLOW-1; the world's overflow numbers derive from it
             slots,
         )
         seg = min(self.segments(s.conversation), self.segment_cap) if self.segment_cap else 0
@@ -153,6 +154,7 @@ class Abstraction:
             _sat(s.mot_recovery_count, cfg.mot_recovery_limit),
             _sat(s.stop_hook_blocks, self.blocks_bound),
             _sat(s.tracking.consecutive_failures, cfg.max_autocompact_failures),
+            _sat(s.pause_resumes, cfg.pause_turn_resumes),  # [S-PAUSE-1] resumes in a row
             turns,
             s.model != cfg.model,
             self.token_class(s),

@@ -15,6 +15,7 @@ from reducer.events import (
     CompactionFailed,
     CompactionFinished,
     ModelBlockReceived,
+    ModelResponseEnded,
     StopHooksFinished,
 )
 from reducer.explore.abstraction import _sat
@@ -34,6 +35,7 @@ from reducer.messages import (
 )
 from reducer.state import LoopState, Request, Session
 from reducer.transitions import (
+    BlockingLimit,
     CollapseDrainRetry,
     Completed,
     ImageError,
@@ -248,12 +250,23 @@ class NoHooksAfterApiError(Invariant):
             bad = f"RunStopHooks in the step that emitted an API error ({o.api_errors[0].api_error.kind})"  # type: ignore[union-attr]
         elif hooks and _is_api_error(hooks[0].conversation.last):
             bad = "RunStopHooks on a conversation that ends in an API-error message"
-        elif o.api_errors and o.terminal is None:
+        elif o.api_errors and o.terminal is None and not _refusal_with_tools(o):
             bad = (
                 f"an API error ({o.api_errors[0].api_error.kind}) was emitted and the turn went on"  # type: ignore[union-attr]
             )
         ex = bool(o.api_errors) and isinstance(o.terminal, (Completed, PromptTooLong, ImageError))
         return mon, ex, bad
+
+
+def _refusal_with_tools(o: Observation) -> bool:
+    """A refusal next to complete tool calls: the calls run and the turn goes on, the error
+    stored after the round's results (R-REFUSAL-1)."""
+    s = o.state
+    return (
+        s is not None
+        and bool(s.round.slots)
+        and all(m.api_error is not None and m.api_error.kind == "refusal" for m in o.api_errors)
+    )
 
 
 class StopHookCap(Invariant):
@@ -656,6 +669,39 @@ class FinalResponseCommitted(Invariant):
         return mon, True, None
 
 
+class PauseResumesBounded(Invariant):
+    """INV-17: at most pause_turn_resumes paused responses resumed in a row (S-PAUSE-1)."""
+
+    id = "INV-17"
+    title = "pause_turn resumes bounded"
+
+    def initial(self, config: LoopConfig, request: Request, session: Session | None) -> Hashable:
+        return 0
+
+    def check(self, mon: Any, o: Observation) -> Verdict:
+        cap = o.config.pause_turn_resumes
+        n: int = mon  # paused responses without tool use in a row, before this one
+        e, s = o.event, o.state
+        if not (o.current_call_event and isinstance(e, ModelResponseEnded)):
+            return n, False, None
+        if e.stop_reason != "pause_turn":
+            return 0, False, None
+        assert s is not None
+        if s.round.slots:  # a paused tool response runs its tools: neither resumed nor counted
+            return n, False, None
+        # resumed: sent again at once (a call, an auto-compaction first, or the blocking limit
+        # of the new round), no Continue, no stop hooks
+        resumed = (
+            o.continued is None
+            and not o.hooks
+            and (bool(o.calls) or bool(o.compacts) or isinstance(o.terminal, BlockingLimit))
+        )
+        bad = None
+        if resumed and n >= cap:
+            bad = f"paused response {n + 1} in a row was resumed (the cap is {cap} resumes)"
+        return _sat(n + 1, cap), n >= cap, bad
+
+
 def catalogue() -> tuple[Invariant, ...]:
     """A fresh instance of every invariant of specs/invariants.md (some hold memo tables)."""
     return (
@@ -675,6 +721,7 @@ def catalogue() -> tuple[Invariant, ...]:
         ResultsNeverReplaced(),
         MessageIdsFromTheCounter(),
         FinalResponseCommitted(),
+        PauseResumesBounded(),
     )
 
 

@@ -52,6 +52,9 @@ DEEP_WORLD: Final = World(
     permissions=("allow",),
     failures=("prompt_too_long", "media"),
     interrupts=(),
+    pauses=("low",),
+    pause_runs_only=True,
+    refusals=False,
 )
 """The deep tier's alphabet (specs/ ABS-3): the answers that move the round-level counters
 (replies at every usage class, truncations, prompt-too-long and media errors, one tool call

@@ -34,6 +34,8 @@ from reducer.state import LoopState
 
 MOT_REASONS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
 RECOVERABLE: Final = frozenset({"prompt_too_long", "media", "max_output_tokens"})
+STATUS: Final = {"overloaded": 529, "rate_limited": 429, "prompt_too_long": 400}
+REFUSAL_DETAILS: Final = '{"category":"cyber","explanation":"The request asks for malware."}'
 SAFE_TOOL: Final = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
 UNSAFE_TOOL: Final = ToolTraits(
     concurrency_safe=False, interrupt="block", cancels_siblings_on_error=True
@@ -50,6 +52,16 @@ class World:
 
     Every tuple can be narrowed to make a search cheaper; the defaults are the full alphabet.
     ``output_tokens`` is the output usage of every response (the token budget counts it).
+
+    ``failures`` are failure kinds of ``ModelCallFailed``, and two names for the context
+    overflow of R-OVERFLOW-1: ``context_overflow`` is over the limit by one token (the call is
+    retried with a lowered cap when the room left reaches the output floor),
+    ``context_overflow_full`` leaves less room than the floor (the error stands).
+    ``pauses``: the usage classes of a reply that ends with ``pause_turn`` (S-PAUSE-1);
+    ``pause_runs_only``: a pause is offered only while the responses before it in a row were
+    paused and resumed (the deep tier follows a run of pauses the full tier began up to the cap
+    of S-PAUSE-1, and starts none); ``refusals``: a reply, and the end of a tool response, that
+    ends with ``refusal`` (R-REFUSAL-1).
     """
 
     max_tools: int = 2
@@ -64,12 +76,17 @@ class World:
         "stream_broken",
         "auth",
         "unknown",
+        "context_overflow",
+        "context_overflow_full",
     )
     tool_outcomes: tuple[str, ...] = ("ok", "error")  # add "hook_stop" for T-HOOK-1
     permissions: tuple[str, ...] = ("allow", "deny_by_rule", "rejected_by_user")
     stop_hooks: tuple[str, ...] = ("pass", "block", "prevent")
     interrupts: tuple[str, ...] = ("hard", "submit")
     truncation: bool = True  # max_tokens replies and truncated tool inputs
+    pauses: tuple[str, ...] = ("low", "mid", "high")  # pause_turn replies [S-PAUSE-1]
+    pause_runs_only: bool = False
+    refusals: bool = True  # refusal replies and tool responses [R-REFUSAL-1]
     output_tokens: int = 400
 
 
@@ -204,7 +221,10 @@ def _model_moves(state: LoopState, config: LoopConfig, w: World, cid: int) -> li
     k = len(r.blocks) + 1
 
     def end(reason: str, u: Usage) -> ModelResponseEnded:
-        return ModelResponseEnded(call_id=cid, model=model, stop_reason=reason, usage=u)
+        details = REFUSAL_DETAILS if reason == "refusal" else None
+        return ModelResponseEnded(
+            call_id=cid, model=model, stop_reason=reason, usage=u, stop_details=details
+        )
 
     def tool(kind: str) -> ModelBlockReceived:
         name, traits = ("Read", SAFE_TOOL) if kind == "safe" else ("Edit", UNSAFE_TOOL)
@@ -223,6 +243,12 @@ def _model_moves(state: LoopState, config: LoopConfig, w: World, cid: int) -> li
             for c, u in usages:
                 out.append(Move(f"max_tokens:{c}", (text, end("max_tokens", u))))
                 out.append(Move(f"cut_tool:{c}", (cut_ev, end("max_tokens", u))))
+        pausing = not w.pause_runs_only or state.pause_resumes > 0
+        for c, u in usages:
+            if pausing and c in w.pauses:
+                out.append(Move(f"pause:{c}", (text, end("pause_turn", u))))
+        if w.refusals:
+            out.append(Move("refusal", (text, end("refusal", usages[0][1]))))
     if len(r.slots) < w.max_tools:
         for kind in w.tool_kinds:
             out.append(Move(f"tool:{kind}", (tool(kind),)))
@@ -231,10 +257,33 @@ def _model_moves(state: LoopState, config: LoopConfig, w: World, cid: int) -> li
             out.append(Move(f"end_tools:{c}", (end("tool_use", u),)))
         if w.truncation:
             out.append(Move("end_tools:max_tokens", (end("max_tokens", usages[0][1]),)))
+        if w.refusals:
+            out.append(Move("end_tools:refusal", (end("refusal", usages[0][1]),)))
     for kind in w.failures:
-        status = {"overloaded": 529, "rate_limited": 429, "prompt_too_long": 400}.get(kind)
-        out.append(Move(f"fail:{kind}", (ModelCallFailed(call_id=cid, kind=kind, status=status),)))
+        out.append(Move(f"fail:{kind}", (_failure(state, config, cid, kind),)))
     return out
+
+
+def _failure(state: LoopState, config: LoopConfig, cid: int, kind: str) -> ModelCallFailed:
+    """The failure ``kind`` of call ``cid``. The two context overflows carry the numbers of the
+    API's message ``A + B > C`` for the call's own cap B (R-OVERFLOW-1): over the limit by one
+    token (``context_overflow``: room for B - 1 - the safety buffer, retried when that reaches
+    the output floor), or with less room than the floor (``context_overflow_full``)."""
+    if kind in ("context_overflow", "context_overflow_full"):
+        limit = config.context_window
+        cap = state.round.max_tokens or config.default_max_tokens
+        used = limit - cap + 1
+        if kind == "context_overflow_full":
+            used = max(used, limit - config.overflow_safety_buffer - config.floor_output_tokens + 1)
+        return ModelCallFailed(
+            call_id=cid,
+            kind="context_overflow",
+            status=400,
+            message=f"input length and `max_tokens` exceed context limit: {used} + {cap} > {limit}",
+            input_tokens=used,
+            context_limit=limit,
+        )
+    return ModelCallFailed(call_id=cid, kind=kind, status=STATUS.get(kind))
 
 
 def apply_move(

@@ -11,7 +11,7 @@ import pytest
 
 from effects.cli import main
 from reducer import machine
-from reducer.events import StopHooksFinished
+from reducer.events import Interrupted, StopHooksFinished
 from reducer.state import LoopState
 
 
@@ -51,3 +51,31 @@ def test_check_writes_under_the_folder_it_names(
     assert main(["check", "--rounds", "1", "--deep", "off"], out=out) == 1
     assert {p.name for p in tmp_path.iterdir()} == {"steploop-check"}
     assert "steploop-check/steploop-check-M-5" in out.getvalue()
+
+
+def _accept_after_finish(s: LoopState, e: Interrupted, cfg: Any, fx: Any) -> LoopState:
+    return s  # a broken machine: a finished turn takes an interrupt
+
+
+@pytest.mark.spec("INV-12", "ABS-3")
+def test_events_after_finish_are_counted_beside_a_trace_that_ends_at_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A machine that accepts an event after Finish breaks INV-12; its counterexample is written
+    by the driver loop, which stops at Finish: the trace ends there (its end record last), the
+    sidecar counts the event after it, and the trace replays exactly on the real machine."""
+    monkeypatch.setitem(machine.TABLE["done"], Interrupted, _accept_after_finish)
+    out = io.StringIO()
+    code = main(["check", "--rounds", "1", "--deep", "off", "--out", str(tmp_path)], out=out)
+    text = out.getvalue()
+    assert code == 1 and "INV-12" in text and "BROKEN" in text, text
+    assert "Traceback" not in capsys.readouterr().err
+    trace = tmp_path / "steploop-check-INV-12.jsonl"
+    side = json.loads(trace.with_suffix(".json").read_text())
+    assert side["after_finish"] == 1 and side["labels"][-1] == "probe:after_finish"
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert records[-1]["record"] == "end"
+    steps = [r for r in records if r["record"] == "step"]
+    assert len(steps) == len(side["events"])  # start() and every event but the one after Finish
+    monkeypatch.undo()
+    assert main(["replay", str(trace)], out=io.StringIO()) == 0

@@ -1,10 +1,18 @@
-"""A tiny synchronous driver for reducer tests: feed events, collect effects."""
+"""A tiny synchronous driver for reducer tests: feed events, collect effects.
+
+Every event goes through :func:`reducer.machine.advance` (the stepping API that reports the
+transitions a step passed through) and is checked against the world protocol
+(:class:`reducer.protocol.Ledger`, W-PROTO-5): an event that answers a request the effects so far
+never opened, withdrew or already closed may be fed (tests feed late answers on purpose), but the
+machine must refuse it (``IllegalEvent``) or ignore it (the same state, no effect); a machine that
+acts on it fails the test that fed it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from reducer import LoopConfig, LoopState, Request, Session, start, step
+from reducer import LoopConfig, LoopState, Request, Session
 from reducer.effects import (
     AskPermission,
     CallModel,
@@ -25,7 +33,10 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
+from reducer.machine import advance, begin
 from reducer.messages import Emitted, TextBlock, ToolUseBlock, Usage
+from reducer.protocol import Ledger
+from reducer.transitions import Transition
 
 SAFE = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
 UNSAFE = ToolTraits(concurrency_safe=False)
@@ -36,8 +47,19 @@ def usage(inp: int = 100, out: int = 10) -> Usage:
     return Usage(input_tokens=inp, output_tokens=out)
 
 
+def _copy(ledger: Ledger) -> Ledger:
+    out = Ledger()
+    out.open = dict(ledger.open)
+    out.partial = set(ledger.partial)
+    out.withdrawn = set(ledger.withdrawn)
+    out.closed = set(ledger.closed)
+    return out
+
+
 class Driver:
-    """Starts a turn and keeps the latest state and every effect returned so far."""
+    """Starts a turn and keeps the latest state, every effect returned so far and every
+    transition passed (``transitions``); ``ledger`` follows the requests the effects opened,
+    ``late`` lists the events fed that answered none open, each with what was wrong."""
 
     def __init__(
         self,
@@ -47,13 +69,31 @@ class Driver:
         **request: Any,
     ) -> None:
         self.cfg = cfg
-        self.state, fx = start(Request(prompt=prompt, **request), cfg, session)
+        self.state, fx, passed = begin(Request(prompt=prompt, **request), cfg, session)
         self.effects: list[Effect] = list(fx)
         self.last: tuple[Effect, ...] = fx
+        self.transitions: list[Transition] = list(passed)
+        self.ledger = Ledger()
+        self.ledger.issue(fx)
+        self.late: list[tuple[Event, str]] = []
 
     def feed(self, event: Event) -> tuple[Effect, ...]:
-        self.state, fx = step(self.state, event, self.cfg)
+        before = _copy(self.ledger)
+        problem = self.ledger.deliver(event)
+        try:
+            state, fx, passed = advance(self.state, event, self.cfg)
+        except Exception:
+            self.ledger = before  # refused: it was never delivered
+            raise
+        if problem is not None:
+            assert not fx and state == self.state, (
+                f"the machine acted on {type(event).__name__}, which {problem}: {fx!r}"
+            )
+            self.late.append((event, problem))
+        self.ledger.issue(fx)
+        self.state = state
         self.effects.extend(fx)
+        self.transitions.extend(passed)
         self.last = fx
         return fx
 
