@@ -204,10 +204,11 @@ def _api_error(
     details: str = "",
 ) -> tuple[LoopState, AssistantMessage]:
     """A synthetic assistant API-error message (never sent back to the model). ``raw`` is the
-    API's own words (they decide the category, [R-CATEGORY-1]); ``details`` what the text
-    leaves out."""
+    API's own words: they decide the category [R-CATEGORY-1] (a failure with none, or a
+    message the machine writes itself, is categorised by its kind and status alone);
+    ``details`` what the text leaves out."""
     s, mid = _msg_id(s)
-    category = error_category(kind, status, raw or text) if cfg.texts == "claude_code" else None
+    category = error_category(kind, status, raw) if cfg.texts == "claude_code" else None
     return s, AssistantMessage(
         id=mid,
         response_id=f"r{s.round.call_id}",
@@ -1901,7 +1902,10 @@ def _late_tool(s: LoopState, e: Any, cfg: LoopConfig, fx: FX) -> LoopState:
     answer of a discarded or cancelled slot [R-TOOL-8]; anything else is a driver error."""
     if _find_slot(s, e) is None:
         return s
-    raise IllegalEvent(
+    # defensive: the phases routed here start a round with no slots (compacting), discard the
+    # attempt's slots with its generation (waiting_retry, reactive_compacting), or follow a
+    # response with no tool_use (stop_hooks), so no live slot of the current generation exists
+    raise IllegalEvent(  # pragma: no cover
         s.phase, e, allowed_events(s.phase), f"tool {e.tool_use_id!r} is not running"
     )
 

@@ -755,3 +755,48 @@ def test_max_turns_allows_exactly_that_many_rounds(limit: int) -> None:
         passed.append(d.transition)
     assert passed == [*[NextTurn()] * (limit - 1), MaxTurns(turn_count=limit + 1)]
     assert d.phase == "done"
+
+
+@pytest.mark.spec("R-SESSION-1", "R-RETRY-2")
+def test_a_sessions_fallback_model_stays_sticky_into_the_next_turn() -> None:
+    """A turn started on a session's fallback model hands the model on (R-RETRY-2's stickiness
+    lasts the session, not one turn)."""
+    # kills: `on_fallback=` dropped when a turn opens (the next session() would forget the model)
+    d = Driver(default(), session=Session(model=FALLBACK))
+    d.reply("hi")
+    d.hooks_pass()
+    assert d.phase == "done"
+    assert d.state.session().model == FALLBACK
+    plain = Driver(default())
+    plain.reply("hi")
+    plain.hooks_pass()
+    assert plain.state.session().model is None
+
+
+@pytest.mark.spec("R-CATEGORY-1", "T-MODEL-1")
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [("invalid x-api-key", "authentication_failed"), ("socket hang up", "unknown"), ("", "unknown")],
+)
+def test_an_unknown_failure_is_categorised_by_the_apis_words(message: str, category: str) -> None:
+    """An unrecognised failure's API-error message takes its category from the API's message."""
+    # kills: `raw=e.message` dropped in _model_error (the category would be the kind's alone)
+    d = Driver(default(texts="claude_code"))
+    fail(d, "unknown", message=message)
+    (err,) = [m for m in d.emitted() if isinstance(m, AssistantMessage) and m.api_error]
+    assert err.api_error is not None and err.api_error.category == category
+
+
+@pytest.mark.spec("S-SNIP-1", "S-COLLAPSE-1")
+def test_snip_and_collapse_leave_a_conversation_under_their_threshold_alone() -> None:
+    """Called with a count under the threshold, snip and collapse change nothing and free 0."""
+    # kills: the early returns' 0 moved by one (the machine checks the threshold before calling)
+    from reducer.context import collapse, snip
+
+    d = Driver(default())
+    for i in range(3):
+        tool_round(d, f"t{i}", "x" * 8_000, Usage(input_tokens=1_000, output_tokens=0))
+    conv = d.state.conversation
+    assert snip(conv, 9_999, 10_000, 0, "b") == (conv, 0, None)
+    assert collapse(conv, 9_999, 10_000, 0, "b") == (conv, 0, 0)
+    assert snip(conv, 10_000, 10_000, 0, "b")[1] > 0  # at the threshold it does cut
