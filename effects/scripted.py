@@ -20,6 +20,9 @@ Build entries with :func:`reply`, :func:`tool_call`, :func:`truncated_tool_call`
 
 Tool calls without an explicit id get ``toolu_001``, ``toolu_002``, ... numbered by their
 position among all tool calls of the script, so ids never depend on timing or randomness.
+A numbered id the conversation of the first call already holds (a resumed session, a
+session an earlier script answered) is moved to the next number nobody used, so a script
+never makes the API-invalid conversation of two tool calls with one id (B-MODEL-2).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, TypeAlias
 import anyio.lowlevel
 import attrs
 
-from reducer.conversation import estimate_message
+from reducer.conversation import Conversation, estimate_message
 from reducer.effects import CallModel
 from reducer.errors import SteploopError
 from reducer.events import (
@@ -340,8 +343,10 @@ def _entry_from(data: object, where: str) -> ScriptEntry:
 # The model
 
 
-def _number_tool_ids(entries: Iterable[ScriptEntry]) -> list[ScriptEntry]:
+def _number_tool_ids(entries: Iterable[ScriptEntry]) -> tuple[list[ScriptEntry], set[str]]:
+    """The entries with every tool call given an id, and the ids given (the numbered ones)."""
     out: list[ScriptEntry] = []
+    numbered: set[str] = set()
     n = 0
     for entry in entries:
         blocks: list[Block] = []
@@ -350,9 +355,20 @@ def _number_tool_ids(entries: Iterable[ScriptEntry]) -> list[ScriptEntry]:
                 n += 1
                 if not b.id:
                     b = attrs.evolve(b, id=f"toolu_{n:03d}")
+                    numbered.add(b.id)
             blocks.append(b)
         out.append(attrs.evolve(entry, blocks=tuple(blocks)))
-    return out
+    return out, numbered
+
+
+def _tool_use_ids(conversation: Conversation) -> set[str]:
+    return {
+        b.id
+        for m in conversation.messages()
+        if isinstance(m, AssistantMessage)
+        for b in m.content
+        if isinstance(b, ToolUseBlock)
+    }
 
 
 def _zero_clock() -> int:
@@ -386,7 +402,11 @@ class ScriptedModel:
                     f"script entry {i}: expected a ScriptedResponse or ScriptedFailure, "
                     f"got {type(entry).__name__}"
                 )
-        self._entries = _number_tool_ids(entries)
+        self._entries, self._numbered = _number_tool_ids(entries)
+        # ids taken when the first call came (its conversation's, the script's own) and the
+        # numbered ids moved off them; None until the first call
+        self._taken: set[str] | None = None
+        self._moved: dict[str, str] = {}
         self._traits_for = traits_for
         self._clock = clock if clock is not None else _zero_clock
         self._next = 0
@@ -431,6 +451,34 @@ class ScriptedModel:
         """How many scripted entries are still unused."""
         return len(self._entries) - self._next
 
+    def _first_call(self, conversation: Conversation) -> None:
+        """Move every numbered id the conversation already holds to the next free number."""
+        held = _tool_use_ids(conversation)
+        taken = held | {
+            b.id for e in self._entries for b in e.blocks if isinstance(b, ToolUseBlock)
+        }
+        n = 0
+        for e in self._entries:
+            for b in e.blocks:
+                if isinstance(b, ToolUseBlock) and b.id in self._numbered and b.id in held:
+                    while True:
+                        n += 1
+                        fresh = f"toolu_{n:03d}"
+                        if fresh not in taken:
+                            break
+                    taken.add(fresh)
+                    self._moved[b.id] = fresh
+        self._taken = taken
+
+    def _renumbered(self, entry: ScriptEntry) -> ScriptEntry:
+        blocks = tuple(
+            attrs.evolve(b, id=self._moved[b.id])
+            if isinstance(b, ToolUseBlock) and b.id in self._moved
+            else b
+            for b in entry.blocks
+        )
+        return attrs.evolve(entry, blocks=blocks)
+
     def _event_of(self, call_id: int, block: Block, cut: bool) -> ModelBlockReceived:
         at = self._clock()
         if not isinstance(block, ToolUseBlock):
@@ -464,6 +512,10 @@ class ScriptedModel:
             raise ScriptExhausted(len(self._entries), effect)
         entry = self._entries[self._next]
         self._next += 1
+        if self._taken is None:
+            self._first_call(effect.conversation)
+        if self._moved:
+            entry = self._renumbered(entry)
         call_id = effect.call_id
         if isinstance(entry, ScriptedFailure):
             for block in entry.blocks:

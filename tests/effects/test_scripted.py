@@ -31,6 +31,7 @@ from reducer.events import (
     ToolTraits,
 )
 from reducer.messages import (
+    AssistantMessage,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -297,3 +298,31 @@ def test_non_entries_are_rejected() -> None:
     """Anything but scripted responses and failures in the script is a clear error."""
     with pytest.raises(ScriptError, match="script entry 1: expected a ScriptedResponse"):
         ScriptedModel([reply("a"), "b"], traits_for)  # type: ignore[list-item]
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("B-MODEL-2")
+async def test_numbered_ids_the_conversation_already_holds_move_to_free_numbers() -> None:
+    """A script answering a session that already holds toolu_001 and toolu_003 (an earlier
+    script's, a resumed history) numbers its calls past every id taken, never reusing one."""
+    held = AssistantMessage(
+        id="a0",
+        response_id="r0",
+        model=MODEL,
+        content=(
+            ToolUseBlock(id="toolu_001", name="Read", input={}),
+            ToolUseBlock(id="toolu_003", name="Read", input={}),
+        ),
+    )
+    conversation = Conversation.of([UserMessage(id="u1", content=(TextBlock(text="go"),)), held])
+    model = ScriptedModel([tool_call("Read", {"path": str(i)}) for i in range(3)], traits_for)
+    ids = []
+    for n in range(1, 4):
+        effect = CallModel(call_id=n, model=MODEL, conversation=conversation, max_tokens=1024)
+        for e in await collect(model, effect):
+            if isinstance(e, ModelBlockReceived) and isinstance(e.block, ToolUseBlock):
+                ids.append(e.block.id)
+    assert ids == ["toolu_004", "toolu_002", "toolu_005"]
+    fresh = ScriptedModel([tool_call("Read", {"path": "a"})], traits_for)
+    (first,) = [e for e in await collect(fresh, call(1)) if isinstance(e, ModelBlockReceived)]
+    assert isinstance(first.block, ToolUseBlock) and first.block.id == "toolu_001"
