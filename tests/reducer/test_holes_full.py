@@ -173,7 +173,9 @@ def test_a_stub_lookalike_with_non_ascii_digits_is_not_an_earlier_stub(digits: s
     lookalike = UserMessage(
         id="x",
         content=(
-            TextBlock(text=f"[Context collapsed: {digits} earlier messages folded; tools used: Read]"),
+            TextBlock(
+                text=f"[Context collapsed: {digits} earlier messages folded; tools used: Read]"
+            ),
         ),
         is_meta=True,
         origin="collapse",
@@ -300,7 +302,9 @@ def test_a_zero_budget_is_no_budget_even_with_a_negative_usage() -> None:
 
 @pytest.mark.spec("C-BUDGET-1")
 @pytest.mark.parametrize(
-    ("out", "pct"), [(5_050, 51), (5_049, 50), (150, 2), (149, 1)], ids=["50.5", "50.49", "1.5", "1.49"]
+    ("out", "pct"),
+    [(5_050, 51), (5_049, 50), (150, 2), (149, 1)],
+    ids=["50.5", "50.49", "1.5", "1.49"],
 )
 def test_the_budget_nudge_rounds_its_percentage_half_up(out: int, pct: int) -> None:
     """P in the nudge is turn / budget * 100 rounded half up: 5,050 of 10,000 is 51%."""
@@ -345,7 +349,7 @@ def test_an_auth_or_invalid_request_failure_without_a_message_names_its_kind(
     """An auth or invalid-request failure with an empty message: the API-error text names the kind."""
     # kills: on_call_failed | boolop | f"API Error: {e.message or kind}" | or: drop kind
     d = Driver(default())
-    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind=kind, status=400))  # type: ignore[arg-type]
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind=kind, status=400))
     (err,) = api_errors(emitted(fx))
     assert err.api_error is not None and err.api_error.kind == kind
     assert err.content == (TextBlock(text=text),) and err.api_error.message == text
@@ -396,7 +400,9 @@ def test_results_adding_up_to_exactly_200k_characters_are_kept() -> None:
         d.allow(tid)
     persisted: list[str] = []
     for tid, size in zip(ids, [50_000] * 4 + [1], strict=True):
-        persisted += [e.tool_use_id for e in of(d.finish_tool(tid, tid[-1] * size), PersistToolResult)]
+        persisted += [
+            e.tool_use_id for e in of(d.finish_tool(tid, tid[-1] * size), PersistToolResult)
+        ]
     assert persisted == ["t5"]
 
 
