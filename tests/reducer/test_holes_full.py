@@ -1,0 +1,440 @@
+"""Holes the full mutation run found (issue 12; scripts/mutation.py --full): behaviours the code
+had right but no test pinned. Each test names the mutant it kills in a comment (the mutant's key
+as the runner writes it, shortened); each was checked against its mutant (applied by hand, the
+test fails, reverted). The survivors that change no behaviour are listed, with the reason, in
+specs/mutation-equivalents.txt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reducer import Conversation, Gates, LoopConfig, default
+from reducer.context import CLEARED_RESULT, collapse, microcompact
+from reducer.effects import CallModel, Emit, Finish, PersistToolResult, Wait
+from reducer.events import Interrupted, ModelCallFailed, ModelResponseEnded, ToolTraits
+from reducer.machine import _count
+from reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    Message,
+    SystemMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
+from reducer.transitions import (
+    Completed,
+    StopHookPrevented,
+    TokenBudgetContinuation,
+)
+from tests.reducer.driver import SAFE, Driver
+
+BLOCKING_SAFE = ToolTraits(concurrency_safe=True, interrupt="block", max_result_chars=None)
+BUDGETED = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=50_000)
+MODEL = "claude-sonnet-4-5"
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def of(fx: Any, kind: type) -> list[Any]:
+    return [e for e in fx if isinstance(e, kind)]
+
+
+def emitted(fx: Any) -> list[Any]:
+    return [e.item for e in fx if isinstance(e, Emit)]
+
+
+def api_errors(items: Any) -> list[AssistantMessage]:
+    return [m for m in items if isinstance(m, AssistantMessage) and m.api_error is not None]
+
+
+def small(**gates: bool) -> LoopConfig:
+    """A 50,000-token window: effective 42,000, auto-compact 29,000, blocking 39,000,
+    snip 22,000, collapse 37,800."""
+    return default(context_window=50_000, gates=Gates(**gates))
+
+
+def tool_round(d: Driver, tid: str, content: str, out_usage: Usage) -> tuple[Any, ...]:
+    """One round: a safe Read allowed mid-stream, the response ends, the tool finishes."""
+    d.tool_use(tid, "Read", SAFE, file_path=f"{tid}.py")
+    d.allow(tid)
+    d.end("tool_use", out_usage)
+    return d.finish_tool(tid, content)
+
+
+def rounds(d: Driver, n: int, last_input: int) -> tuple[Any, ...]:
+    """``n`` tool rounds of one 8,000-char result each (2,002 tokens a segment); the round
+    that begins after the last one counts ``last_input + 2,000`` tokens."""
+    fx: tuple[Any, ...] = ()
+    for i in range(1, n + 1):
+        use = Usage(input_tokens=last_input if i == n else 1_000, output_tokens=0)
+        fx = tool_round(d, f"t{i}", "x" * 8_000, use)
+    return fx
+
+
+def _budget_round(d: Driver, out: int) -> None:
+    d.text("work")
+    d.end("end_turn", Usage(input_tokens=1_000, output_tokens=out))
+    d.hooks_pass()
+
+
+def _use(tid: str, name: str = "Read") -> AssistantMessage:
+    return AssistantMessage(
+        id=f"a-{tid}",
+        response_id=f"r-{tid}",
+        model=MODEL,
+        content=(ToolUseBlock(id=tid, name=name, input={"file_path": tid}),),
+    )
+
+
+def _result(tid: str, content: str) -> UserMessage:
+    return UserMessage(
+        id=f"u-{tid}",
+        content=(ToolResultBlock(tool_use_id=tid, content=content),),
+        origin="tool_result",
+    )
+
+
+def _results(conv: Conversation) -> dict[str, str]:
+    return {
+        b.tool_use_id: b.content
+        for m in conv.messages()
+        if isinstance(m, UserMessage)
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    }
+
+
+def _three_reads(*between: Message) -> Conversation:
+    """A prompt and three Read rounds, with ``between`` after the first result."""
+    msgs: list[Message] = [UserMessage(id="p", content=(TextBlock(text="go"),))]
+    msgs += [_use("t1"), _result("t1", "one"), *between]
+    msgs += [_use("t2"), _result("t2", "two"), _use("t3"), _result("t3", "three")]
+    return Conversation.of(msgs)
+
+
+# --- microcompact [R-CTX-3] -----------------------------------------------------------------------
+
+
+@pytest.mark.spec("R-CTX-3", "S-SNIP-1")
+def test_microcompact_passes_over_system_and_attachment_messages() -> None:
+    """A conversation holding a snip boundary and an attachment is microcompacted; both stay."""
+    # kills: microcompact | stmt | continue | delete continue (a message without content crashed)
+    boundary = SystemMessage(id="b", subtype="snip_boundary", text="Snipped 2 earlier messages")
+    att = AttachmentMessage(id="at", attachment_type="queued_command", data=(("prompt", "x"),))
+    conv = _three_reads(boundary, att)
+    out, cleared = microcompact(conv, 1)
+    assert cleared == 2
+    assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "three"}
+    assert boundary in out.messages() and att in out.messages()
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_returns_the_number_of_results_it_cleared() -> None:
+    """Three Read results, the newest one kept: exactly 2 cleared; none to clear: the same
+    conversation and 0."""
+    # kills: microcompact | const | cleared += 1 | 1 -> 2
+    # kills: microcompact | const | cleared = 0 | 0 -> 1
+    # kills: microcompact | const | return conv, 0 | 0 -> 1
+    conv = _three_reads()
+    out, cleared = microcompact(conv, 1)
+    assert cleared == 2
+    assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "three"}
+    assert microcompact(conv, 3) == (conv, 0)  # all three are among the newest 3
+    kept, n = microcompact(conv, 3)
+    assert kept is conv and n == 0
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_does_not_count_results_cleared_before() -> None:
+    """Run again over its own output, microcompact clears nothing more: 0, the same conversation."""
+    # kills: microcompact | boolop | if seen > keep and b.content != CLEARED_RESULT: | and: drop b.content != CLEARED_RESULT
+    once, cleared = microcompact(_three_reads(), 1)
+    assert cleared == 2
+    twice, again = microcompact(once, 1)
+    assert again == 0 and twice is once
+
+
+# --- collapse [S-COLLAPSE-1] -----------------------------------------------------------------------
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+@pytest.mark.parametrize("digits", ["\uff13", "\u0663"], ids=["fullwidth-3", "arabic-indic-3"])
+def test_a_stub_lookalike_with_non_ascii_digits_is_not_an_earlier_stub(digits: str) -> None:
+    """A collapse-origin message whose count is written in non-ASCII digits is not a stub of
+    ours: it stays in the head untouched and its number is not added to the new stub's."""
+    # kills: _prior_stub_count | boolop | ... | and: drop digits.isascii()
+    lookalike = UserMessage(
+        id="x",
+        content=(
+            TextBlock(
+                text=f"[Context collapsed: {digits} earlier messages folded; tools used: Read]"
+            ),
+        ),
+        is_meta=True,
+        origin="collapse",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    msgs: list[Message] = [prompt, lookalike]
+    for t in ("t1", "t2", "t3"):
+        msgs += [_use(t), _result(t, "r " + t)]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    kept = out.messages()
+    assert kept[:2] == (prompt, lookalike)
+    stub = kept[2]
+    assert isinstance(stub, UserMessage) and stub.id == "s1"
+    text = stub.content[0]
+    assert isinstance(text, TextBlock)
+    assert text.text == "[Context collapsed: 4 earlier messages folded; tools used: Read]"
+
+
+# --- the round pipeline's thresholds [S-SNIP-1], [S-COLLAPSE-1], [R-ID-1] ------------------------------
+
+
+@pytest.mark.spec("S-SNIP-1", "R-ORDER-1")
+def test_snip_runs_when_the_count_is_exactly_at_its_threshold() -> None:
+    """A round that begins with the count exactly at the snip threshold snips (at or over)."""
+    # kills: _begin_round | cmp | if gates.history_snip and _count(s) >= cfg.snip_threshold: | '>=' -> '>'
+    off = Driver(small(history_snip=False, context_collapse=False, auto_compact=False))
+    rounds(off, 6, 20_000)
+    assert _count(off.state) == off.cfg.snip_threshold == 22_000  # the premise
+    d = Driver(small(context_collapse=False, auto_compact=False))
+    fx = rounds(d, 6, 20_000)
+    boundaries = [m for m in emitted(fx) if isinstance(m, SystemMessage)]
+    assert [b.subtype for b in boundaries] == ["snip_boundary"]
+    assert d.state.tokens_freed > 0
+
+
+@pytest.mark.spec("S-COLLAPSE-1", "R-ORDER-1")
+def test_collapse_runs_when_the_count_is_exactly_at_its_threshold() -> None:
+    """A round that begins with the count exactly at the collapse threshold collapses."""
+    # kills: _begin_round | cmp | if gates.context_collapse and _count(s) >= cfg.collapse_threshold: | '>=' -> '>'
+    off = Driver(small(history_snip=False, context_collapse=False, auto_compact=False))
+    rounds(off, 5, 35_800)
+    assert _count(off.state) == off.cfg.collapse_threshold == 37_800  # the premise
+    d = Driver(small(history_snip=False, auto_compact=False))
+    fx = rounds(d, 5, 35_800)
+    sent = of(fx, CallModel)[0].conversation.messages()
+    assert any(isinstance(m, UserMessage) and m.origin == "collapse" for m in sent)
+    assert d.state.tokens_freed > 0
+
+
+@pytest.mark.spec("R-ID-1", "S-COLLAPSE-1")
+def test_the_message_after_a_collapse_stub_takes_the_next_id() -> None:
+    """Message ids stay consecutive across a collapse: the stub is m{n}, the next message m{n+1}."""
+    # kills: _begin_round | const | ids=evolve(s.ids, msg=s.ids.msg + 1), | 1 -> 2 #2 (the collapse commit)
+    d = Driver(small(history_snip=False, auto_compact=False))
+    fx = rounds(d, 5, 36_500)
+    (stub,) = [
+        m
+        for m in of(fx, CallModel)[0].conversation.messages()
+        if isinstance(m, UserMessage) and m.origin == "collapse"
+    ]
+    fx = d.text("after the collapse")
+    (record,) = emitted(fx)
+    assert int(record.id[1:]) == int(stub.id[1:]) + 1
+
+
+# --- R-OVERFLOW-1 ----------------------------------------------------------------------------------
+
+
+def _overflow(d: Driver, inp: int, limit: int) -> tuple[Any, ...]:
+    return d.feed(
+        ModelCallFailed(
+            call_id=d.call_id,
+            kind="context_overflow",
+            message="input length and `max_tokens` exceed context limit",
+            status=400,
+            input_tokens=inp,
+            context_limit=limit,
+        )
+    )
+
+
+@pytest.mark.spec("R-OVERFLOW-1")
+@pytest.mark.parametrize(("room", "cap"), [(0, None), (1, 1)], ids=["nothing-fits", "one-fits"])
+def test_overflow_with_a_floor_of_one_token(room: int, cap: int | None) -> None:
+    """With floor_output_tokens=1, no room left (available 0) is not retried; one token of room
+    is (max_tokens 1)."""
+    # kills: _overflow_cap | const | available = max(0, ...) | 0 -> 1
+    d = Driver(default(floor_output_tokens=1))
+    fx = _overflow(d, 199_000 - room, 200_000)  # available = 200,000 - input - 1,000
+    assert [c.max_tokens for c in of(fx, CallModel)] == ([] if cap is None else [cap])
+    if cap is None:
+        (err,) = api_errors(emitted(fx))
+        assert err.api_error is not None and err.api_error.kind == "invalid_request"
+        assert isinstance(d.state.transition, Completed)
+
+
+# --- token budget [C-BUDGET-1] -------------------------------------------------------------------
+
+
+@pytest.mark.spec("C-BUDGET-1")
+def test_a_budget_of_one_token_continues_a_turn_that_produced_none() -> None:
+    """A budget of 1 is a budget (> 0): a round with 0 output tokens is under 90% of it."""
+    # kills: _token_budget | const | ... budget > 0 ... | 0 -> 1
+    d = Driver(default(), token_budget=1)
+    _budget_round(d, 0)
+    assert d.transition == TokenBudgetContinuation()
+    nudges = [m for m in emitted(d.last) if isinstance(m, UserMessage) and m.origin == "nudge"]
+    assert [n.content for n in nudges] == [
+        (TextBlock(text="Stopped at 0% of token target (0 / 1). Keep working — do not summarize."),)
+    ]
+
+
+@pytest.mark.spec("C-BUDGET-1", "M-5")
+def test_a_zero_budget_is_no_budget_even_with_a_negative_usage() -> None:
+    """token_budget=0 gives no continuation; a (malformed) negative output count from the API
+    cannot make it one (the percentage would divide by the zero budget)."""
+    # kills: _token_budget | cmp | ... budget > 0 ... | '>' -> '>='
+    d = Driver(default(), token_budget=0)
+    _budget_round(d, -5)
+    assert d.transition == Completed()
+    assert of(d.effects, Finish)
+
+
+@pytest.mark.spec("C-BUDGET-1")
+@pytest.mark.parametrize(
+    ("out", "pct"),
+    [(5_050, 51), (5_049, 50), (150, 2), (149, 1)],
+    ids=["50.5", "50.49", "1.5", "1.49"],
+)
+def test_the_budget_nudge_rounds_its_percentage_half_up(out: int, pct: int) -> None:
+    """P in the nudge is turn / budget * 100 rounded half up: 5,050 of 10,000 is 51%."""
+    # kills: _token_budget | const | pct = (turn * 200 + budget) // (2 * budget) | 200 -> 199
+    d = Driver(default(), token_budget=10_000)
+    _budget_round(d, out)
+    assert d.transition == TokenBudgetContinuation()
+    (nudge,) = [m for m in emitted(d.last) if isinstance(m, UserMessage) and m.origin == "nudge"]
+    text = nudge.content[0]
+    assert isinstance(text, TextBlock)
+    assert text.text == (
+        f"Stopped at {pct}% of token target ({out:,} / 10,000). Keep working — do not summarize."
+    )
+
+
+# --- failures: the texts [R-RETRY-1], [R-AUTH-1], [R-REFUSAL-1] ------------------------------------
+
+
+@pytest.mark.spec("R-RETRY-1")
+@pytest.mark.parametrize(("status", "shown"), [(None, "connection"), (503, "503")])
+def test_the_retry_notice_names_the_kind_when_there_is_no_status(
+    status: int | None, shown: str
+) -> None:
+    """A connection failure (no HTTP status) is retried with a notice naming its kind."""
+    # kills: _retry | boolop | f"API error ({e.status or e.kind}); ..." | or: drop e.kind
+    d = Driver(default())
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="connection", status=status))
+    assert of(fx, Wait)
+    (notice,) = [m for m in emitted(fx) if isinstance(m, SystemMessage)]
+    assert notice.subtype == "api_error"
+    assert notice.text == f"API error ({shown}); retrying in 500 ms (attempt 1 of 10)"
+
+
+@pytest.mark.spec("R-AUTH-1", "R-OVERFLOW-1")
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [("auth", "API Error: auth"), ("invalid_request", "API Error: invalid_request")],
+)
+def test_an_auth_or_invalid_request_failure_without_a_message_names_its_kind(
+    kind: str, text: str
+) -> None:
+    """An auth or invalid-request failure with an empty message: the API-error text names the kind."""
+    # kills: on_call_failed | boolop | f"API Error: {e.message or kind}" | or: drop kind
+    d = Driver(default())
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind=kind, status=400))
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.kind == kind
+    assert err.content == (TextBlock(text=text),) and err.api_error.message == text
+
+
+@pytest.mark.spec("R-OVERFLOW-1", "R-AUTH-1")
+def test_an_overflow_that_stands_without_a_message_names_invalid_request() -> None:
+    """A context overflow that cannot be retried and has no message: `API Error: invalid_request`."""
+    # kills: on_call_failed | boolop | f"API Error: {e.message or kind}" | or: drop kind
+    d = Driver(default())
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="context_overflow", status=400))
+    (err,) = api_errors(emitted(fx))
+    assert err.content == (TextBlock(text="API Error: invalid_request"),)
+
+
+@pytest.mark.spec("R-REFUSAL-1")
+def test_a_refusal_without_stop_details_keeps_empty_details() -> None:
+    """A refusal whose response carried no stop_details stores details "" (a str), never None."""
+    # kills: _refusal | boolop | details=e.stop_details or "" | or: drop ''
+    d = Driver(default())
+    d.text("I can't")
+    fx = d.feed(
+        ModelResponseEnded(
+            call_id=d.call_id,
+            model=MODEL,
+            stop_reason="refusal",
+            usage=Usage(input_tokens=10, output_tokens=2),
+        )
+    )
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.details == ""
+    (stored,) = api_errors(d.state.conversation.messages())
+    assert stored.api_error is not None and stored.api_error.details == ""
+
+
+# --- the tool-result budget [R-CTX-0] --------------------------------------------------------------
+
+
+@pytest.mark.spec("R-CTX-0")
+def test_results_adding_up_to_exactly_200k_characters_are_kept() -> None:
+    """Four 50,000-character results make exactly 200,000: none is replaced; one more character is."""
+    # kills: _budget_result | cmp | ... or so_far + len(content) > cfg.per_message_result_chars: | '>' -> '>=' #2
+    d = Driver(default())
+    ids = [f"t{i}" for i in range(1, 6)]
+    for tid in ids:
+        d.tool_use(tid, traits=BUDGETED)
+    for tid in ids:
+        d.allow(tid)
+    persisted: list[str] = []
+    for tid, size in zip(ids, [50_000] * 4 + [1], strict=True):
+        persisted += [
+            e.tool_use_id for e in of(d.finish_tool(tid, tid[-1] * size), PersistToolResult)
+        ]
+    assert persisted == ["t5"]
+
+
+# --- interrupts [I-2], [I-3], [I-6] ---------------------------------------------------------------
+
+
+@pytest.mark.spec("I-2", "I-3", "I-4")
+@pytest.mark.parametrize("ended", [False, True], ids=["streaming", "running_tools"])
+def test_a_draining_round_remembers_it_was_a_submit_interrupt(ended: bool) -> None:
+    """While a block tool drains after a submit interrupt, the round's abort_kind is "submit"
+    (the state, and so its digest in a trace, says how the round was interrupted)."""
+    # kills: _interrupt | kwarg | round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind) | drop abort_kind=
+    d = Driver(default())
+    d.tool_use("t1", "Fetch", BLOCKING_SAFE, url="x")
+    d.allow("t1")
+    if ended:
+        d.end("tool_use")
+    d.feed(Interrupted(kind="submit"))
+    assert d.phase == "draining"
+    assert d.state.round.abort_kind == "submit"
+
+
+@pytest.mark.spec("I-6")
+def test_a_hard_interrupt_during_stop_hooks_stores_the_interruption_message() -> None:
+    """Interrupted during stop hooks: `[Request interrupted by user]` is emitted and stored, so
+    the next turn's conversation ends with it (I-6)."""
+    # kills: _interrupt | stmt | extra.append(m) | delete extra.append(m)
+    d = Driver(default())
+    d.reply("answer")
+    assert d.phase == "stop_hooks"
+    fx = d.feed(Interrupted(kind="hard"))
+    (msg,) = [m for m in emitted(fx) if isinstance(m, UserMessage)]
+    assert msg.content == (TextBlock(text="[Request interrupted by user]"),)
+    assert d.transition == StopHookPrevented()
+    assert d.state.session().conversation.messages()[-1] == msg
