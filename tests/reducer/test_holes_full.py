@@ -11,11 +11,25 @@ from typing import Any
 
 import pytest
 
-from reducer import Conversation, Gates, LoopConfig, default
+from reducer import Compat, Conversation, Gates, LoopConfig, Session, default
 from reducer.context import CLEARED_RESULT, collapse, microcompact
-from reducer.effects import CallModel, Emit, Finish, PersistToolResult, Wait
-from reducer.events import Interrupted, ModelCallFailed, ModelResponseEnded, ToolTraits
-from reducer.machine import _count
+from reducer.effects import (
+    AskPermission,
+    CallModel,
+    Emit,
+    Finish,
+    PersistToolResult,
+    SummarizeToolUse,
+    Wait,
+)
+from reducer.events import (
+    Interrupted,
+    ModelCallFailed,
+    ModelResponseEnded,
+    ToolTraits,
+    ToolUseSummaryReady,
+)
+from reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS, _count
 from reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
@@ -24,15 +38,18 @@ from reducer.messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    ToolUseSummary,
     Usage,
     UserMessage,
 )
+from reducer.protocol import awaiting
 from reducer.transitions import (
+    BlockingLimit,
     Completed,
     StopHookPrevented,
     TokenBudgetContinuation,
 )
-from tests.reducer.driver import SAFE, Driver
+from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 BLOCKING_SAFE = ToolTraits(concurrency_safe=True, interrupt="block", max_result_chars=None)
 BUDGETED = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=50_000)
@@ -438,3 +455,171 @@ def test_a_hard_interrupt_during_stop_hooks_stores_the_interruption_message() ->
     assert msg.content == (TextBlock(text="[Request interrupted by user]"),)
     assert d.transition == StopHookPrevented()
     assert d.state.session().conversation.messages()[-1] == msg
+
+
+# --- the second list of the full run (issue 12) ---------------------------------------------------
+
+
+@pytest.mark.spec("R-SESSION-1", "R-RETRY-2")
+def test_a_fallback_model_stays_sticky_for_every_later_turn() -> None:
+    """A turn started on the session's fallback model hands it on: the turn after it starts on
+    the fallback model too, not on the configured one."""
+    # kills: _open | kwarg | s = LoopState( | drop on_fallback=
+    cfg = default(fallback_model="claude-fallback-1")
+    d = Driver(cfg, session=Session(model="claude-fallback-1"))
+    assert d.of(CallModel)[-1].model == "claude-fallback-1"
+    d.reply("done")
+    d.hooks_pass()
+    assert isinstance(d.finished(), Finish)
+    assert d.state.session().model == "claude-fallback-1"
+    nxt = Driver(cfg, "again", session=d.state.session())
+    assert nxt.of(CallModel)[-1].model == "claude-fallback-1"
+
+
+@pytest.mark.spec("I-4", "I-2", "I-3")
+@pytest.mark.parametrize(
+    ("ended", "text"),
+    [(False, INTERRUPT_MESSAGE), (True, INTERRUPT_MESSAGE_TOOLS)],
+    ids=["streaming", "running_tools"],
+)
+def test_a_hard_interrupt_of_a_submit_drain_adds_the_interruption_message(
+    ended: bool, text: str
+) -> None:
+    """A submit interrupt drains a block tool (no interruption message on submit); a second,
+    hard interrupt ends the turn as a hard one: the interruption message is emitted and stored."""
+    # kills: _interrupt | stmt | s = evolve(s, round=evolve(s.round, abort_kind="hard")) | delete
+    d = Driver(default())
+    d.tool_use("t1", "Fetch", BLOCKING_SAFE, url="x")
+    d.allow("t1")
+    if ended:
+        d.end("tool_use")
+    d.feed(Interrupted(kind="submit"))
+    assert d.phase == "draining"
+    fx = d.feed(Interrupted(kind="hard"))
+    (msg,) = [m for m in emitted(fx) if isinstance(m, UserMessage) and m.origin == "interrupt"]
+    assert msg.content == (TextBlock(text=text),)
+    assert d.state.round.abort_kind == "hard"
+    assert d.state.session().conversation.messages()[-1] == msg
+
+
+@pytest.mark.spec("S-COLLAPSE-1", "S-COLLAPSE-2")
+@pytest.mark.parametrize("threshold", [None, 0], ids=["drain", "commit"])
+def test_collapse_with_nothing_to_fold_returns_the_conversation_untouched(
+    threshold: int | None,
+) -> None:
+    """No segment beyond the newest ``keep_rounds``: nothing is folded, no stub is written (not
+    even one saying 0 messages were folded), the same conversation comes back."""
+    # kills: collapse | stmt | if folded == 0: | delete if folded == 0:
+    conv = _three_reads()
+    out, freed, committed = collapse(conv, 10_000, threshold, 3, "s1")
+    assert (freed, committed) == (0, 0)
+    assert out is conv
+    assert not any(isinstance(m, UserMessage) and m.origin == "collapse" for m in out.messages())
+
+
+@pytest.mark.spec("R-MODEL-1")
+def test_records_all_on_another_model_take_the_served_one() -> None:
+    """Every block of the response names the called model and the response ends naming another:
+    the stored records name the one that served."""
+    # kills: _served | cmp | if not served or all(b.model == served for b in r.blocks): | '==' -> '!='
+    cfg = default()
+    d = Driver(cfg)
+    d.text("a")
+    d.text("b")
+    assert {m.model for m in emitted(d.effects) if isinstance(m, AssistantMessage)} == {cfg.model}
+    d.feed(
+        ModelResponseEnded(
+            call_id=d.call_id, model="claude-x-20990101", stop_reason="end_turn", usage=Usage()
+        )
+    )
+    d.hooks_pass()
+    stored = [m for m in d.state.conversation.messages() if isinstance(m, AssistantMessage)]
+    assert [m.model for m in stored] == ["claude-x-20990101"] * 2
+
+
+def _summary_round(d: Driver) -> None:
+    tool_round(d, "t1", "out t1", Usage(input_tokens=100, output_tokens=10))
+    assert [e.summary_id for e in of(d.effects, SummarizeToolUse)] == [1]
+
+
+def _summaries(fx: Any) -> list[ToolUseSummary]:
+    return [m for m in emitted(fx) if isinstance(m, ToolUseSummary)]
+
+
+@pytest.mark.spec("R-SUM-1", "W-PROTO-4")
+def test_a_failed_summary_is_no_longer_awaited_and_a_second_answer_is_late() -> None:
+    """Once the summary failed (None) the machine waits for it no more (W-PROTO-4), and a
+    second answer for the same request is late: ignored, nothing emitted."""
+    # kills: on_summary_ready | kwarg | return evolve(s, summary_id=0, summary_tool_ids=()) | drop summary_id=
+    # kills: on_summary_ready | const | return evolve(s, summary_id=0, summary_tool_ids=()) | 0 -> 1
+    d = Driver(default(gates=Gates(tool_use_summaries=True)))
+    _summary_round(d)
+    assert ("summarize_tool_use", 1) in awaiting(d.state)
+    assert d.feed(ToolUseSummaryReady(summary_id=1, summary=None)) == ()
+    assert ("summarize_tool_use", 1) not in awaiting(d.state)
+    before = d.state
+    assert d.feed(ToolUseSummaryReady(summary_id=1, summary="late")) == ()
+    assert d.state == before and d.late
+    d.reply("done")
+    d.hooks_pass()
+    assert _summaries(d.effects) == []
+    assert isinstance(d.finished(), Finish)
+
+
+@pytest.mark.spec("R-SUM-1", "W-PROTO-4")
+def test_a_failed_summary_leaves_the_state_an_emitted_one_leaves() -> None:
+    """A summary that failed leaves nothing of itself in the state: once the next response
+    ended, the state equals that of the same turn whose summary was emitted (no outstanding
+    summary, no tool ids kept), and neither waits for a summary."""
+    # kills: on_summary_ready | kwarg | return evolve(s, summary_id=0, summary_tool_ids=()) | drop summary_tool_ids=
+    # kills: _emit_ready_summary | const | return evolve(s, summary_text=None, summary_id=0, summary_tool_ids=()) | 0 -> -1
+    states = []
+    for summary in (None, "Read a file"):
+        d = Driver(default(gates=Gates(tool_use_summaries=True)))
+        _summary_round(d)
+        d.feed(ToolUseSummaryReady(summary_id=1, summary=summary))
+        fx = d.reply("done")
+        assert len(_summaries(fx)) == (summary is not None)
+        assert not any(key[0] == "summarize_tool_use" for key in awaiting(d.state))
+        states.append(d.state)
+    failed, shown = states
+    assert (failed.summary_id, failed.summary_tool_ids) == (0, ())
+    assert failed == shown
+
+
+@pytest.mark.spec("G7", "T-BLOCKING-1")
+def test_reactive_compaction_alone_exempts_a_round_from_the_blocking_limit() -> None:
+    """Auto-compact on (its breaker tripped, so it does not run), reactive compaction on, context
+    collapse off: a round over the blocking limit is sent (an overflow would be compacted
+    reactively), not ended in blocking_limit. Control: reactive compaction off blocks."""
+    # kills: _blocking_applies | boolop | if auto and (cfg.gates.reactive_compact or cfg.gates.context_collapse): | or: drop cfg.gates.reactive_compact
+    for reactive, blocked in ((True, False), (False, True)):
+        cfg = default(gates=Gates(context_collapse=False, reactive_compact=reactive))
+        assert cfg.auto_compact_enabled
+        d = Driver(cfg, session=Session(autocompact_failures=cfg.max_autocompact_failures))
+        fx = tool_round(d, "t1", "ok", Usage(input_tokens=cfg.blocking_limit + 1_000))
+        if blocked:
+            assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, BlockingLimit)
+        else:
+            assert isinstance(fx[-1], CallModel) and not of(fx, Finish)
+
+
+@pytest.mark.spec("Q-5", "Q-12", "R-TOOL-6")
+def test_out_of_order_results_never_overtake_an_executing_non_safe_tool() -> None:
+    """Under Q-5 a finished result may overtake an executing safe tool, never a non-safe one: a
+    Bash call asked mid-stream (Q-12), then an unknown tool's error result; that result waits
+    until the Bash result is out, then follows it."""
+    # kills: _release | boolop | elif not out_of_order or ( | or: drop sl.status in ('asking', 'running') and (not sl.tr…
+    cfg = default(
+        compat=Compat(out_of_order_safe_results=True, nonsafe_tools_start_mid_stream=True)
+    )
+    d = Driver(cfg)
+    fx = d.tool_use("b1", "Bash", UNSAFE, command="ls")
+    assert [a.tool_use_id for a in of(fx, AskPermission)] == ["b1"]
+    fx = d.block(ToolUseBlock(id="u2", name="Nope", input={}), tool=None)
+    assert [m for m in emitted(fx) if isinstance(m, UserMessage)] == []
+    d.allow("b1")
+    d.end("tool_use")
+    fx = d.finish_tool("b1", "listing")
+    results = [m for m in emitted(fx) if isinstance(m, UserMessage)]
+    assert [m.content[0].tool_use_id for m in results] == ["b1", "u2"]
