@@ -159,6 +159,7 @@ def test_microcompact_returns_the_number_of_results_it_cleared() -> None:
     # kills: microcompact | const | cleared += 1 | 1 -> 2
     # kills: microcompact | const | cleared = 0 | 0 -> 1
     # kills: microcompact | const | return conv, 0 | 0 -> 1
+    # kills: microcompact | const | return conv, 0 | 0 -> -1
     conv = _three_reads()
     out, cleared = microcompact(conv, 1)
     assert cleared == 2
