@@ -622,5 +622,11 @@ def test_out_of_order_results_never_overtake_an_executing_non_safe_tool() -> Non
     d.allow("b1")
     d.end("tool_use")
     fx = d.finish_tool("b1", "listing")
-    results = [m for m in emitted(fx) if isinstance(m, UserMessage)]
-    assert [m.content[0].tool_use_id for m in results] == ["b1", "u2"]
+    results = [
+        b.tool_use_id
+        for m in emitted(fx)
+        if isinstance(m, UserMessage)
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    assert results == ["b1", "u2"]
