@@ -16,13 +16,16 @@ from reducer.context import CLEARED_RESULT, collapse, microcompact
 from reducer.effects import (
     AskPermission,
     CallModel,
+    Compact,
     Emit,
     Finish,
     PersistToolResult,
     SummarizeToolUse,
+    TaskBudget,
     Wait,
 )
 from reducer.events import (
+    CompactionFinished,
     Interrupted,
     ModelCallFailed,
     ModelResponseEnded,
@@ -630,3 +633,38 @@ def test_out_of_order_results_never_overtake_an_executing_non_safe_tool() -> Non
         if isinstance(b, ToolResultBlock)
     ]
     assert results == ["b1", "u2"]
+
+
+# --- the task budget's carry-over [R-TASK-1] --------------------------------------------------------
+
+
+@pytest.mark.spec("R-TASK-1")
+def test_the_task_budget_carry_skips_a_synthetic_record_without_an_api_error() -> None:
+    """A resumed conversation ends with a "<synthetic>" assistant record that is no API error
+    (a transcript's "No response requested.", usage all zeros): it is no real usage, so the
+    first compaction subtracts the last real response's input + output (30,500), not its 0."""
+    # kills: _task_budget_carry | boolop | if m.api_error is None and m.model != SYNTHETIC_MODEL: | and: drop m.model != SYNTHETIC_MODEL
+    real = AssistantMessage(
+        id="a1",
+        response_id="r1",
+        model=MODEL,
+        content=(TextBlock(text="done"),),
+        stop_reason="end_turn",
+        usage=Usage(input_tokens=30_000, output_tokens=500),
+    )
+    synthetic = AssistantMessage(
+        id="a2",
+        response_id="r2",
+        model="<synthetic>",
+        content=(TextBlock(text="No response requested."),),
+        stop_reason="stop_sequence",
+        usage=Usage(input_tokens=0, output_tokens=0),
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    conv = Conversation.of([prompt, real, synthetic])
+    cfg = small(history_snip=False, context_collapse=False)
+    d = Driver(cfg, session=Session(conversation=conv), task_budget=100_000)
+    (compact,) = d.of(Compact)  # 30,500 and the new prompt: over the 29,000 threshold
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
+    assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
