@@ -55,6 +55,7 @@ from reducer.transitions import (
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 BLOCKING_SAFE = ToolTraits(concurrency_safe=True, interrupt="block", max_result_chars=None)
+SAFE_BASH = ToolTraits(concurrency_safe=True, interrupt="cancel", cancels_siblings_on_error=True)
 BUDGETED = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=50_000)
 MODEL = "claude-sonnet-4-5"
 
@@ -668,3 +669,34 @@ def test_the_task_budget_carry_skips_a_synthetic_record_without_an_api_error() -
     summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
     fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
     assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
+
+
+# --- late answers for sibling-cancelled calls [R-TOOL-7], [R-TOOL-8] ---------------------------------
+
+
+@pytest.mark.spec("R-TOOL-8", "R-TOOL-7")
+def test_a_late_answer_for_a_later_call_cancelled_by_a_sibling_error_is_a_no_op() -> None:
+    """A call that arrives after a sibling's error gets the sibling result at once: it has a
+    synthetic result, so a permission answer or a tool result for it is a legal no-op (R-TOOL-8),
+    not an IllegalEvent."""
+    # kills: on_block | kwarg | slot = evolve( | drop synthetic=
+    d = Driver(default())
+    d.tool_use("t1", name="Bash", traits=SAFE_BASH, command="ls -la")
+    d.allow("t1")
+    d.finish_tool("t1", "boom", is_error=True)
+    fx = d.tool_use("t2")  # a later call of the same response
+    results = [
+        b
+        for m in emitted(fx)
+        if isinstance(m, UserMessage)
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    assert [
+        (b.tool_use_id, b.content.startswith("<tool_use_error>Cancelled")) for b in results
+    ] == [("t2", True)]
+    before = d.state
+    assert d.allow("t2") == ()
+    assert d.finish_tool("t2", "late") == ()
+    assert d.state == before
+    assert len(d.late) == 2
