@@ -700,3 +700,46 @@ def test_a_late_answer_for_a_later_call_cancelled_by_a_sibling_error_is_a_no_op(
     assert d.finish_tool("t2", "late") == ()
     assert d.state == before
     assert len(d.late) == 2
+
+
+# --- stub lookalikes [S-COLLAPSE-1] -------------------------------------------------------------------
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+@pytest.mark.parametrize(
+    "digits",
+    ["1" * 19, "many", "-3", "3_0", ""],
+    ids=["19-digits", "a-word", "signed", "underscored", "empty"],
+)
+def test_a_stub_lookalike_whose_count_is_not_18_ascii_digits_is_not_an_earlier_stub(
+    digits: str,
+) -> None:
+    """A collapse-origin message shaped like a stub but whose count is not a run of at most 18
+    ASCII decimal digits (too long for a count of ours, a word, a sign, an underscore, nothing)
+    is not an earlier stub: it stays in the head untouched, the new stub counts only what it
+    folded, and nothing crashes parsing it."""
+    # kills: _prior_stub_count | boolop | ... | and: drop len(digits) <= _MAX_COUNT_DIGITS
+    # kills: _prior_stub_count | boolop | ... | and: drop digits.isdecimal()
+    lookalike = UserMessage(
+        id="x",
+        content=(
+            TextBlock(
+                text=f"[Context collapsed: {digits} earlier messages folded; tools used: Read]"
+            ),
+        ),
+        is_meta=True,
+        origin="collapse",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    msgs: list[Message] = [prompt, lookalike]
+    for t in ("t1", "t2", "t3"):
+        msgs += [_use(t), _result(t, "r " + t)]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    kept = out.messages()
+    assert kept[:2] == (prompt, lookalike)
+    stub = kept[2]
+    assert isinstance(stub, UserMessage) and stub.id == "s1"
+    assert stub.content == (
+        TextBlock(text="[Context collapsed: 4 earlier messages folded; tools used: Read]"),
+    )
