@@ -743,3 +743,27 @@ def test_a_stub_lookalike_whose_count_is_not_18_ascii_digits_is_not_an_earlier_s
     assert stub.content == (
         TextBlock(text="[Context collapsed: 4 earlier messages folded; tools used: Read]"),
     )
+
+
+# --- R-OVERFLOW-1, the numbers missing --------------------------------------------------------------
+
+
+@pytest.mark.spec("R-OVERFLOW-1")
+def test_an_overflow_naming_the_limit_but_not_the_input_stands() -> None:
+    """A context overflow whose message gave the context limit but not the input tokens: no cap
+    can be computed, so it is not retried; the error stands as invalid_request (no crash)."""
+    # kills: _overflow_cap | boolop | if e.input_tokens is None or e.context_limit is None: | or: drop e.input_tokens is None
+    d = Driver(default())
+    fx = d.feed(
+        ModelCallFailed(
+            call_id=d.call_id,
+            kind="context_overflow",
+            message="input length and `max_tokens` exceed context limit",
+            status=400,
+            context_limit=200_000,
+        )
+    )
+    assert of(fx, CallModel) == []
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.kind == "invalid_request"
+    assert isinstance(d.state.transition, Completed)
