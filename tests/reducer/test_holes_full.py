@@ -767,3 +767,30 @@ def test_an_overflow_naming_the_limit_but_not_the_input_stands() -> None:
     (err,) = api_errors(emitted(fx))
     assert err.api_error is not None and err.api_error.kind == "invalid_request"
     assert isinstance(d.state.transition, Completed)
+
+
+# --- microcompact over a message of several results [R-CTX-3] ----------------------------------------
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_clears_every_old_result_of_a_message_holding_several() -> None:
+    """A transcript's user message may hold several tool results (parallel calls answered
+    together): every one but the newest kept is cleared, each block looked at."""
+    # kills: microcompact | const | for j in range(len(blocks) - 1, -1, -1): | 1 -> 2 #3
+    uses = AssistantMessage(
+        id="a",
+        response_id="r",
+        model=MODEL,
+        content=tuple(
+            ToolUseBlock(id=t, name="Read", input={"file_path": t}) for t in ("t1", "t2", "t3")
+        ),
+    )
+    together = UserMessage(
+        id="u",
+        content=tuple(ToolResultBlock(tool_use_id=t, content="r " + t) for t in ("t1", "t2", "t3")),
+        origin="tool_result",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    out, cleared = microcompact(Conversation.of([prompt, uses, together]), 1)
+    assert cleared == 2
+    assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "r t3"}
