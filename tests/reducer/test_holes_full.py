@@ -39,6 +39,7 @@ from reducer.messages import (
     Message,
     SystemMessage,
     TextBlock,
+    Tombstone,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseSummary,
@@ -794,3 +795,18 @@ def test_microcompact_clears_every_old_result_of_a_message_holding_several() -> 
     out, cleared = microcompact(Conversation.of([prompt, uses, together]), 1)
     assert cleared == 2
     assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "r t3"}
+
+
+@pytest.mark.spec("R-OVERFLOW-1", "R-RETRY-1")
+def test_an_overflow_retry_tombstones_the_blocks_the_failed_attempt_streamed() -> None:
+    """A context overflow after the attempt streamed a block is retried (a retry of R-RETRY-1's
+    count): the attempt is discarded, its emitted block tombstoned, and the request sent again
+    without it."""
+    # kills: _overflow_retry | bool | s = _discard_attempt(s, fx, tombstone=True) | True -> False
+    d = Driver(default())
+    d.text("half an answer")
+    (streamed,) = [m for m in d.emitted() if isinstance(m, AssistantMessage)]
+    fx = _overflow(d, 150_000, 200_000)  # available 49,000: retried with that cap
+    assert [c.max_tokens for c in of(fx, CallModel)] == [49_000]
+    assert emitted(fx) == [Tombstone(message_id=streamed.id)]
+    assert streamed not in of(fx, CallModel)[0].conversation.messages()
