@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from reducer import Compat, Conversation, Gates, LoopConfig, Session, default
+from reducer import Compat, Conversation, Gates, IllegalEvent, LoopConfig, Session, default
 from reducer.context import CLEARED_RESULT, collapse, microcompact
 from reducer.effects import (
     AskPermission,
@@ -31,6 +31,7 @@ from reducer.events import (
     ModelResponseEnded,
     ToolTraits,
     ToolUseSummaryReady,
+    WaitElapsed,
 )
 from reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS, _count
 from reducer.messages import (
@@ -810,3 +811,102 @@ def test_an_overflow_retry_tombstones_the_blocks_the_failed_attempt_streamed() -
     assert [c.max_tokens for c in of(fx, CallModel)] == [49_000]
     assert emitted(fx) == [Tombstone(message_id=streamed.id)]
     assert streamed not in of(fx, CallModel)[0].conversation.messages()
+
+
+# --- Q-5: a queued non-safe call does not hold back results [Q-5], [R-TOOL-5] --------------------------
+
+
+@pytest.mark.spec("Q-5", "R-TOOL-5")
+def test_under_q5_a_queued_non_safe_call_does_not_hold_back_a_later_result() -> None:
+    """Under Q-5 only an executing non-safe call holds results back: a Bash call still queued
+    mid-stream (not asked: Q-12 off) lets an unknown tool's error result after it out at once;
+    in tool_use order (Q-5 off) it waits."""
+    # kills: _release | boolop | sl.status in ("asking", "running") and not sl.traits.concurrency_safe | and: drop sl.status in ('asking', 'running')
+    for out_of_order in (True, False):
+        d = Driver(default(compat=Compat(out_of_order_safe_results=out_of_order)))
+        assert of(d.tool_use("b1", "Bash", UNSAFE, command="ls"), AskPermission) == []
+        fx = d.block(ToolUseBlock(id="u2", name="Nope", input={}), tool=None)
+        released = [
+            b.tool_use_id
+            for m in emitted(fx)
+            if isinstance(m, UserMessage)
+            for b in m.content
+            if isinstance(b, ToolResultBlock)
+        ]
+        assert released == (["u2"] if out_of_order else [])
+
+
+# --- the fallback's results [R-RETRY-2] ------------------------------------------------------------
+
+
+@pytest.mark.spec("R-RETRY-2")
+def test_the_fallback_results_are_tool_results() -> None:
+    """The `Model fallback triggered` results emitted for the attempt's tool calls are tool
+    results (origin "tool_result"), like every other result, not prompts."""
+    # kills: _synthesize_results | kwarg | fx.append(Emit(item=UserMessage(id=mid, content=(sl.result,), origin="tool_result"))) | drop origin=
+    d = Driver(default(fallback_model="claude-haiku-4-5"))
+    for _ in range(2):
+        d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+        d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    d.tool_use("t1")  # the third attempt asks for a tool, then fails: the fallback
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+    assert [c.model for c in of(fx, CallModel)] == ["claude-haiku-4-5"]
+    (result,) = [m for m in emitted(fx) if isinstance(m, UserMessage)]
+    assert result.content == (
+        ToolResultBlock(tool_use_id="t1", content="Model fallback triggered", is_error=True),
+    )
+    assert result.origin == "tool_result"
+
+
+# --- wait ids [R-ID-1] ---------------------------------------------------------------------------
+
+
+@pytest.mark.spec("R-ID-1", "R-RETRY-1", "I-1")
+def test_every_retry_wait_takes_a_new_id_across_turns() -> None:
+    """Wait ids come from their counter: two retries wait 1 then 2; a retry wait withdrawn by an
+    interrupt is not reused by the next turn, whose late elapse is refused, not taken as the new
+    wait's (which would resend before its backoff)."""
+    # kills: _retry | kwarg | return evolve( | drop ids=
+    d = Driver(default())
+    d.feed(ModelCallFailed(call_id=d.call_id, kind="rate_limited", status=429))
+    d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    d.feed(ModelCallFailed(call_id=d.call_id, kind="rate_limited", status=429))
+    assert [w.wait_id for w in d.of(Wait)] == [1, 2]
+    d.feed(Interrupted(kind="hard"))
+    assert d.finished() is not None
+    nxt = Driver(default(), session=d.state.session())
+    nxt.feed(ModelCallFailed(call_id=nxt.call_id, kind="rate_limited", status=429))
+    assert [w.wait_id for w in nxt.of(Wait)] == [3]
+    with pytest.raises(IllegalEvent):
+        nxt.feed(WaitElapsed(wait_id=2))
+    assert of(nxt.feed(WaitElapsed(wait_id=3)), CallModel)
+
+
+# --- R-TASK-1, a record without usage ------------------------------------------------------------
+
+
+@pytest.mark.spec("R-TASK-1")
+def test_the_task_budget_carry_passes_over_a_record_without_usage() -> None:
+    """A resumed conversation ending with an assistant record that carries no usage (an
+    interrupted response's records, a transcript's): the carry passes over it to the last
+    response with usage (30,500 subtracted) instead of reading its missing numbers."""
+    # kills: _task_budget_carry | boolop | if isinstance(m, AssistantMessage) and m.usage is not None: | and: drop m.usage is not None
+    real = AssistantMessage(
+        id="a1",
+        response_id="r1",
+        model=MODEL,
+        content=(TextBlock(text="done"),),
+        stop_reason="end_turn",
+        usage=Usage(input_tokens=30_000, output_tokens=500),
+    )
+    partial = AssistantMessage(
+        id="a2", response_id="r2", model=MODEL, content=(TextBlock(text="half an ans"),)
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    conv = Conversation.of([prompt, real, partial])
+    cfg = small(history_snip=False, context_collapse=False)
+    d = Driver(cfg, session=Session(conversation=conv), task_budget=100_000)
+    (compact,) = d.of(Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
+    assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
