@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from reducer import Compat, Conversation, Gates, IllegalEvent, LoopConfig, Session, default
+from reducer import (
+    Compat,
+    Conversation,
+    Gates,
+    IllegalEvent,
+    LoopConfig,
+    RetryPolicy,
+    Session,
+    default,
+)
 from reducer.context import CLEARED_RESULT, collapse, microcompact
 from reducer.effects import (
     AskPermission,
@@ -910,3 +919,43 @@ def test_the_task_budget_carry_passes_over_a_record_without_usage() -> None:
     summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
     fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
     assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
+
+
+# --- the backoff formula to its last doubling [R-RETRY-1] ---------------------------------------------
+
+
+@pytest.mark.spec("R-RETRY-1")
+def test_the_backoff_doubles_through_attempt_31_under_a_high_cap() -> None:
+    """With a cap high enough, the delay is base * 2^(attempt-1) for every attempt up to 31
+    (2^30 ms); from there the doubling stops (the shift is bounded), it never shrinks."""
+    # kills: RetryPolicy.delay_ms | const | return min(self.base_delay_ms * (1 << min(attempt - 1, 30)), self.max_delay_ms) | 30 -> 29
+    p = RetryPolicy(max_retries=40, base_delay_ms=1, max_delay_ms=2**40)
+    assert [p.delay_ms(n, None) for n in range(1, 32)] == [2 ** (n - 1) for n in range(1, 32)]
+    assert p.delay_ms(32, None) == p.delay_ms(40, None) == 2**30
+
+
+# --- microcompact keeps the message's flags [R-CTX-3] ------------------------------------------------
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_keeps_a_cleared_messages_meta_flag() -> None:
+    """A meta user message holding an old Read result is rewritten with the result cleared and
+    everything else of it kept: its id, its origin and is_meta."""
+    # kills: microcompact | kwarg | out[i] = UserMessage(id=m.id, content=tuple(blocks), is_meta=m.is_meta, origin=m.origin) | drop is_meta=
+    meta = UserMessage(
+        id="u-t1",
+        content=(ToolResultBlock(tool_use_id="t1", content="one"),),
+        is_meta=True,
+        origin="tool_result",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    conv = Conversation.of([prompt, _use("t1"), meta, _use("t2"), _result("t2", "two")])
+    out, cleared = microcompact(conv, 1)
+    assert cleared == 1
+    (rewritten,) = [m for m in out.messages() if m.id == "u-t1"]
+    assert rewritten == UserMessage(
+        id="u-t1",
+        content=(ToolResultBlock(tool_use_id="t1", content=CLEARED_RESULT),),
+        is_meta=True,
+        origin="tool_result",
+    )
