@@ -60,6 +60,7 @@ from reducer.protocol import awaiting
 from reducer.transitions import (
     BlockingLimit,
     Completed,
+    ModelError,
     StopHookPrevented,
     TokenBudgetContinuation,
 )
@@ -959,3 +960,26 @@ def test_microcompact_keeps_a_cleared_messages_meta_flag() -> None:
         is_meta=True,
         origin="tool_result",
     )
+
+
+# --- Q-10 drops a summary on an abort only [Q-10], [R-SUM-1] ----------------------------------------
+
+
+@pytest.mark.spec("Q-10", "R-SUM-1")
+@pytest.mark.parametrize("flagged", [False, True], ids=["default", "q10"])
+def test_a_turn_ending_in_a_model_error_emits_the_ready_summary_even_under_q10(
+    flagged: bool,
+) -> None:
+    """A summary that became ready while the next response streamed is emitted before Finish when
+    that call fails for good (a model error): that is no abort, so Q-10 does not drop it."""
+    # kills: _finish | boolop | aborted and cfg.compat.summary_dropped_on_abort | and: drop aborted
+    cfg = default(
+        gates=Gates(tool_use_summaries=True), compat=Compat(summary_dropped_on_abort=flagged)
+    )
+    d = Driver(cfg)
+    _summary_round(d)
+    d.text("working")
+    assert d.feed(ToolUseSummaryReady(summary_id=1, summary="Read a file")) == ()  # held
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="unknown", message="weird"))
+    assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, ModelError)
+    assert _summaries(fx) == [ToolUseSummary(summary="Read a file", preceding_tool_use_ids=("t1",))]
