@@ -34,6 +34,7 @@ from reducer.effects import (
     Wait,
 )
 from reducer.events import (
+    CompactionFailed,
     CompactionFinished,
     Interrupted,
     ModelCallFailed,
@@ -983,3 +984,29 @@ def test_a_turn_ending_in_a_model_error_emits_the_ready_summary_even_under_q10(
     fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="unknown", message="weird"))
     assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, ModelError)
     assert _summaries(fx) == [ToolUseSummary(summary="Read a file", preceding_tool_use_ids=("t1",))]
+
+
+# --- G7: only the call right after a compaction skips the blocking check [G7], [Q-4] ----------------
+
+
+@pytest.mark.spec("G7", "Q-4", "T-BLOCKING-1")
+def test_the_compaction_exemption_ends_with_the_call_after_it() -> None:
+    """Under Q-4 (the blocking limit also with auto-compact), a compaction exempts the call right
+    after it from the blocking check, and that call only: a later round over the limit whose
+    compaction fails ends in blocking_limit."""
+    # kills: _call_model | kwarg | s = evolve( | drop compacted_this_round=
+    cfg = default(
+        context_window=50_000,
+        gates=Gates(history_snip=False, context_collapse=False, reactive_compact=False),
+        compat=Compat(blocking_limit_with_auto_compact=True),
+    )
+    d = Driver(cfg)
+    fx = tool_round(d, "t1", "ok", Usage(input_tokens=30_000))  # over auto-compact (29,000)
+    (first,) = of(fx, Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    assert of(d.feed(CompactionFinished(compact_id=first.compact_id, messages=summary)), CallModel)
+    fx = tool_round(d, "t2", "ok", Usage(input_tokens=40_000))  # over blocking (39,000)
+    (second,) = of(fx, Compact)
+    fx = d.feed(CompactionFailed(compact_id=second.compact_id, reason="failed"))
+    assert of(fx, CallModel) == []
+    assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, BlockingLimit)
