@@ -19,6 +19,7 @@ from reducer import (
     LoopConfig,
     RetryPolicy,
     Session,
+    claude_code_2_1_88,
     default,
 )
 from reducer.context import CLEARED_RESULT, collapse, microcompact
@@ -1010,3 +1011,30 @@ def test_the_compaction_exemption_ends_with_the_call_after_it() -> None:
     fx = d.feed(CompactionFailed(compact_id=second.compact_id, reason="failed"))
     assert of(fx, CallModel) == []
     assert isinstance(fx[-1], Finish) and isinstance(fx[-1].terminal, BlockingLimit)
+
+
+# --- the give-up's category reads the API's words [R-CATEGORY-1], [R-RETRY-4] ---------------------------
+
+
+@pytest.mark.spec("R-CATEGORY-1", "R-RETRY-4")
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ("Your credit balance is too low to access the Anthropic API", "billing_error"),
+        ("invalid x-api-key", "authentication_failed"),
+        ("internal error", "unknown"),
+    ],
+    ids=["billing", "api-key", "other"],
+)
+def test_the_give_up_categorises_by_the_apis_own_words(message: str, category: str) -> None:
+    """Retries exhausted on a server error: under Claude Code's texts the API-error message's
+    category comes from the API's own message too (a credit balance too low is billing_error,
+    an invalid x-api-key authentication_failed), not from the kind and status alone."""
+    # kills: _give_up | kwarg | s, err = _api_error( | drop raw=
+    d = Driver(claude_code_2_1_88(retry=RetryPolicy(max_retries=0)))
+    fx = d.feed(
+        ModelCallFailed(call_id=d.call_id, kind="server_error", status=500, message=message)
+    )
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.category == category
+    assert err.content == (TextBlock(text=f"API Error: {message}"),)
