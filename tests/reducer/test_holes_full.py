@@ -1038,3 +1038,13 @@ def test_the_give_up_categorises_by_the_apis_own_words(message: str, category: s
     (err,) = api_errors(emitted(fx))
     assert err.api_error is not None and err.api_error.category == category
     assert err.content == (TextBlock(text=f"API Error: {message}"),)
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_keeps_the_newest_result_even_when_asked_to_keep_none() -> None:
+    """R-CTX-3 keeps the newest max(1, keep_recent): called with 0 (the function is public; the
+    config's keep_recent is positive), microcompact still keeps the newest result."""
+    # kills: microcompact | const | keep = max(1, keep_recent) | 1 -> 0
+    out, cleared = microcompact(_three_reads(), 0)
+    assert cleared == 2
+    assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "three"}
