@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from reducer import (
@@ -40,6 +41,7 @@ from reducer.events import (
     Interrupted,
     ModelCallFailed,
     ModelResponseEnded,
+    ToolFinished,
     ToolTraits,
     ToolUseSummaryReady,
     WaitElapsed,
@@ -62,6 +64,7 @@ from reducer.protocol import awaiting
 from reducer.transitions import (
     BlockingLimit,
     Completed,
+    HookStopped,
     ModelError,
     StopHookPrevented,
     TokenBudgetContinuation,
@@ -1048,3 +1051,116 @@ def test_microcompact_keeps_the_newest_result_even_when_asked_to_keep_none() -> 
     out, cleared = microcompact(_three_reads(), 0)
     assert cleared == 2
     assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "three"}
+
+
+@pytest.mark.spec("R-CATEGORY-1", "R-AUTH-1")
+def test_an_invalid_request_categorises_by_the_apis_own_words() -> None:
+    """A 400 invalid request saying the credit balance is too low is, under Claude Code's texts,
+    a billing_error (the API's words decide), not the unknown its kind and status give."""
+    # kills: on_call_failed | kwarg | s, err = _api_error( | drop raw= #3
+    d = Driver(claude_code_2_1_88())
+    msg = "Your credit balance is too low to access the Anthropic API."
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="invalid_request", status=400, message=msg))
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.category == "billing_error"
+
+
+# --- R-TASK-1: the last response, not the first -------------------------------------------------------
+
+
+@pytest.mark.spec("R-TASK-1")
+def test_the_task_budget_carry_takes_the_last_response_with_usage() -> None:
+    """Two earlier responses with usage: the compaction subtracts the last one's input + output
+    (30,500), not the first's (10,100)."""
+    # kills: _task_budget_carry | stmt | break | delete break
+    first = AssistantMessage(
+        id="a1",
+        response_id="r1",
+        model=MODEL,
+        content=(TextBlock(text="one"),),
+        stop_reason="end_turn",
+        usage=Usage(input_tokens=10_000, output_tokens=100),
+    )
+    last = attrs.evolve(
+        first, id="a2", response_id="r2", usage=Usage(input_tokens=30_000, output_tokens=500)
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    again = UserMessage(id="q", content=(TextBlock(text="more"),))
+    conv = Conversation.of([prompt, first, again, last])
+    d = Driver(
+        small(history_snip=False, context_collapse=False),
+        session=Session(conversation=conv),
+        task_budget=100_000,
+    )
+    (compact,) = d.of(Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
+    assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
+
+
+# --- the compacting round's generation [R-TOOL-8] ----------------------------------------------------
+
+
+@pytest.mark.spec("R-TOOL-8", "R-CTX-4")
+def test_while_compacting_a_tool_event_of_a_generation_never_made_is_refused() -> None:
+    """While an auto-compaction runs, a late result of the last round's generation is a no-op,
+    and one naming the next generation (no call has made it yet) raises IllegalEvent."""
+    # kills: _begin_round | const | round=Round(call_id=s.ids.call, generation=s.ids.generation + 1, pending_id=cid), | 1 -> 2
+    d = Driver(small(history_snip=False, context_collapse=False))
+    old = d.generation
+    tool_round(d, "t1", "ok", Usage(input_tokens=30_000))
+    assert d.phase == "compacting"
+    before = d.state
+    assert d.feed(ToolFinished(generation=old, tool_use_id="t1", content="late")) == ()
+    assert d.state == before
+    with pytest.raises(IllegalEvent):
+        d.feed(ToolFinished(generation=old + 1, tool_use_id="t1", content="x"))
+
+
+# --- microcompact keeps is_error [R-CTX-3] -----------------------------------------------------------
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_keeps_a_cleared_results_error_flag() -> None:
+    """An old Read result that was an error is cleared and stays an error result: only its
+    content is replaced."""
+    # kills: microcompact | kwarg | blocks[j] = ToolResultBlock( | drop is_error=
+    failed = UserMessage(
+        id="u-t1",
+        content=(ToolResultBlock(tool_use_id="t1", content="no such file", is_error=True),),
+        origin="tool_result",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    conv = Conversation.of([prompt, _use("t1"), failed, _use("t2"), _result("t2", "two")])
+    out, cleared = microcompact(conv, 1)
+    assert cleared == 1
+    (rewritten,) = [m for m in out.messages() if m.id == "u-t1"]
+    assert isinstance(rewritten, UserMessage)
+    assert rewritten.content == (
+        ToolResultBlock(tool_use_id="t1", content=CLEARED_RESULT, is_error=True),
+    )
+
+
+# --- Q-3's discard forgets a hook stop of the dropped blocks [Q-3], [T-HOOK-1] ------------------------
+
+
+@pytest.mark.spec("Q-3", "T-HOOK-1", "R-RETRY-5")
+def test_a_hook_stop_of_a_call_q3_dropped_does_not_stop_the_turn() -> None:
+    """Under Q-3, after a streaming fallback, a later block drops the blocks before it, with their
+    calls: a hook stop of a dropped call goes with it, so the round's remaining call finishing
+    normally continues the turn instead of ending it hook_stopped."""
+    # kills: _discard_attempt | kwarg | round=evolve( | drop hook_stop=
+    d = Driver(default(compat=Compat(sticky_streaming_fallback=True)))
+    d.feed(ModelCallFailed(call_id=d.call_id, kind="stream_broken"))
+    assert d.state.round.sticky_fallback
+    d.tool_use("t1")
+    d.allow("t1")
+    d.finish_tool("t1", "ok", hook_stopped=True, hook_stop_reason="stop here")
+    assert d.state.round.hook_stop
+    d.tool_use("t2")  # Q-3: t1 is dropped, with its hook stop
+    assert [sl.tool_use_id for sl in d.state.round.slots] == ["t2"]
+    d.allow("t2")
+    d.end("tool_use")
+    fx = d.finish_tool("t2", "fine")
+    assert of(fx, CallModel) and not of(fx, Finish)
+    assert not isinstance(d.state.transition, HookStopped)
