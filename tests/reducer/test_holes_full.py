@@ -23,7 +23,7 @@ from reducer import (
     claude_code_2_1_88,
     default,
 )
-from reducer.context import CLEARED_RESULT, collapse, microcompact
+from reducer.context import CLEARED_RESULT, collapse, microcompact, snip
 from reducer.effects import (
     AskPermission,
     CallModel,
@@ -1164,3 +1164,14 @@ def test_a_hook_stop_of_a_call_q3_dropped_does_not_stop_the_turn() -> None:
     fx = d.finish_tool("t2", "fine")
     assert of(fx, CallModel) and not of(fx, Finish)
     assert not isinstance(d.state.transition, HookStopped)
+
+
+@pytest.mark.spec("S-SNIP-1")
+def test_snip_with_nothing_beyond_the_kept_rounds_returns_the_conversation_untouched() -> None:
+    """Over the threshold but no segment beyond the newest ``keep_rounds``: nothing is dropped,
+    no boundary, 0 tokens freed (not -1), the same conversation."""
+    # kills: snip | const | return conv, 0, None | 0 -> -1 #2
+    conv = _three_reads()
+    assert snip(conv, 10_000, 0, 3, "b1") == (conv, 0, None)
+    out, _, _ = snip(conv, 10_000, 0, 3, "b1")
+    assert out is conv
