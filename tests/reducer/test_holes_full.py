@@ -50,6 +50,7 @@ from reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS, _count
 from reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
+    ErrorInfo,
     Message,
     SystemMessage,
     TextBlock,
@@ -1175,3 +1176,124 @@ def test_snip_with_nothing_beyond_the_kept_rounds_returns_the_conversation_untou
     assert snip(conv, 10_000, 0, 3, "b1") == (conv, 0, None)
     out, _, _ = snip(conv, 10_000, 0, 3, "b1")
     assert out is conv
+
+
+@pytest.mark.spec("R-CATEGORY-1", "R-MEDIA-1")
+def test_a_media_error_categorises_by_the_apis_own_words() -> None:
+    """An image over the size limit (400, "image exceeds ... maximum") gets no category under
+    Claude Code's texts (Claude Code sets none), read from the API's words, not `unknown`."""
+    # kills: on_call_failed | kwarg | s, err = _api_error( | drop raw= #2
+    d = Driver(claude_code_2_1_88(gates=Gates(reactive_compact=False)))
+    msg = "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum"
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="media", status=400, message=msg))
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.kind == "media"
+    assert err.api_error.category == ""
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+def test_a_stub_of_responses_without_tools_says_none() -> None:
+    """Folded segments that used no tool: the stub says `tools used: none`."""
+    # kills: collapse | boolop | tools = ", ".join(sorted(set(names.values()))) or "none" | or: drop 'none'
+    msgs: list[Message] = [UserMessage(id="p", content=(TextBlock(text="go"),))]
+    for i in (1, 2, 3):
+        msgs += [
+            AssistantMessage(
+                id=f"a{i}", response_id=f"r{i}", model=MODEL, content=(TextBlock(text="hi"),)
+            ),
+            UserMessage(id=f"u{i}", content=(TextBlock(text="more"),)),
+        ]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    stub = out.messages()[1]
+    assert isinstance(stub, UserMessage) and stub.content == (
+        TextBlock(text="[Context collapsed: 4 earlier messages folded; tools used: none]"),
+    )
+
+
+@pytest.mark.spec("R-RETRY-2")
+def test_with_the_fallback_gate_off_overloads_are_retried_not_switched() -> None:
+    """fallback_on_overload off, a fallback model configured: three overloaded failures are
+    three retries on the same model, no switch."""
+    # kills: _retry | boolop | e.kind == "overloaded" | and: drop cfg.gates.fallback_on_overload
+    d = Driver(default(fallback_model="claude-haiku-4-5", gates=Gates(fallback_on_overload=False)))
+    for _ in range(3):
+        fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+        assert of(fx, Wait) and of(fx, CallModel) == []
+        fx = d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+        assert [c.model for c in of(fx, CallModel)] == [d.cfg.model]
+    assert d.state.model == d.cfg.model
+
+
+@pytest.mark.spec("R-OVERFLOW-1")
+def test_an_overflow_naming_the_input_but_not_the_limit_stands() -> None:
+    """A context overflow that gave the input tokens but not the context limit: no cap can be
+    computed, the error stands as invalid_request (no crash)."""
+    # kills: _overflow_cap | boolop | if e.input_tokens is None or e.context_limit is None: | or: drop e.context_limit is None
+    d = Driver(default())
+    fx = d.feed(
+        ModelCallFailed(
+            call_id=d.call_id, kind="context_overflow", status=400, input_tokens=150_000
+        )
+    )
+    assert of(fx, CallModel) == []
+    (err,) = api_errors(emitted(fx))
+    assert err.api_error is not None and err.api_error.kind == "invalid_request"
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+def test_a_collapse_message_with_another_opening_is_not_an_earlier_stub() -> None:
+    """A collapse-origin message whose text does not open with `[Context collapsed: ` (though
+    what follows has a stub's shape) is not an earlier stub: it stays, its number is not added."""
+    # kills: _prior_stub_count | boolop | if not isinstance(block, TextBlock) or not block.text.startswith(_STUB_PREFIX): | or: drop not block.text.startswith(_STUB_PREFIX)
+    other = UserMessage(
+        id="x",
+        content=(
+            TextBlock(text="[Context summarized:3 earlier messages folded; tools used: Read]"),
+        ),
+        is_meta=True,
+        origin="collapse",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    msgs: list[Message] = [prompt, other]
+    for t in ("t1", "t2", "t3"):
+        msgs += [_use(t), _result(t, "r " + t)]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    kept = out.messages()
+    assert kept[:2] == (prompt, other)
+    stub = kept[2]
+    assert isinstance(stub, UserMessage) and stub.content == (
+        TextBlock(text="[Context collapsed: 4 earlier messages folded; tools used: Read]"),
+    )
+
+
+@pytest.mark.spec("R-TASK-1")
+def test_the_task_budget_carry_skips_an_api_error_record_naming_a_model() -> None:
+    """An API-error record from outside that names a real model (and carries usage) is no real
+    usage either: the carry passes over it to the last real response (30,500)."""
+    # kills: _task_budget_carry | boolop | if m.api_error is None and m.model != SYNTHETIC_MODEL: | and: drop m.api_error is None
+    real = AssistantMessage(
+        id="a1",
+        response_id="r1",
+        model=MODEL,
+        content=(TextBlock(text="done"),),
+        stop_reason="end_turn",
+        usage=Usage(input_tokens=30_000, output_tokens=500),
+    )
+    failed = attrs.evolve(
+        real,
+        id="a2",
+        response_id="r2",
+        content=(TextBlock(text="API Error: overloaded"),),
+        usage=Usage(input_tokens=0, output_tokens=0),
+        api_error=ErrorInfo(kind="overloaded", message="API Error: overloaded"),
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    conv = Conversation.of([prompt, real, failed])
+    cfg = small(history_snip=False, context_collapse=False)
+    d = Driver(cfg, session=Session(conversation=conv), task_budget=100_000)
+    (compact,) = d.of(Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
+    assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
