@@ -1297,3 +1297,16 @@ def test_the_task_budget_carry_skips_an_api_error_record_naming_a_model() -> Non
     summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
     fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
     assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=69_500)
+
+
+@pytest.mark.spec("R-TASK-1")
+def test_a_compaction_before_any_response_subtracts_nothing() -> None:
+    """The first round of a fresh session compacts (a long prompt): no response with usage is in
+    the conversation, so nothing is subtracted: remaining is the whole budget."""
+    # kills: _task_budget_carry | const | final = 0 | 0 -> 1
+    cfg = small(history_snip=False, context_collapse=False)
+    d = Driver(cfg, prompt="word " * 30_000, task_budget=100_000)
+    (compact,) = d.of(Compact)
+    summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
+    fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
+    assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=100_000)
