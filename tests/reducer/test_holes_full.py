@@ -1310,3 +1310,30 @@ def test_a_compaction_before_any_response_subtracts_nothing() -> None:
     summary = (UserMessage(id="c1", content=(TextBlock(text="summary"),), is_meta=True),)
     fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=summary))
     assert of(fx, CallModel)[0].task_budget == TaskBudget(total=100_000, remaining=100_000)
+
+
+@pytest.mark.spec("R-RETRY-2")
+def test_the_model_fallback_drops_the_attempt_without_tombstones() -> None:
+    """The fallback drops the failed attempt from state without tombstoning what it streamed
+    (the reference's behaviour): it emits the notice, no Tombstone."""
+    # kills: _model_fallback | bool | s = _discard_attempt(s, fx, tombstone=False) | False -> True
+    d = Driver(default(fallback_model="claude-haiku-4-5"))
+    for _ in range(2):
+        d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+        d.feed(WaitElapsed(wait_id=d.state.round.pending_id))
+    d.text("half an answer")
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))
+    assert [c.model for c in of(fx, CallModel)] == ["claude-haiku-4-5"]
+    assert [type(m) for m in emitted(fx)] == [SystemMessage]
+
+
+@pytest.mark.spec("Q-3", "R-ID-1", "R-RETRY-5")
+def test_under_q3_the_first_block_after_a_stream_fallback_keeps_the_calls_generation() -> None:
+    """Under Q-3 only a later block drops the blocks before it: the first block after the
+    streaming fallback drops nothing, so its tool is asked in the call's own generation, the one
+    drawn from the counter."""
+    # kills: on_block | boolop | if r.sticky_fallback and cfg.compat.sticky_streaming_fallback and r.blocks: | and: drop r.blocks
+    d = Driver(default(compat=Compat(sticky_streaming_fallback=True)))
+    d.feed(ModelCallFailed(call_id=d.call_id, kind="stream_broken"))
+    fx = d.tool_use("t1")
+    assert [a.generation for a in of(fx, AskPermission)] == [d.state.ids.generation]
