@@ -1337,3 +1337,28 @@ def test_under_q3_the_first_block_after_a_stream_fallback_keeps_the_calls_genera
     d.feed(ModelCallFailed(call_id=d.call_id, kind="stream_broken"))
     fx = d.tool_use("t1")
     assert [a.generation for a in of(fx, AskPermission)] == [d.state.ids.generation]
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+def test_a_collapse_message_with_a_count_but_other_words_is_not_an_earlier_stub() -> None:
+    """A collapse-origin message that opens like a stub and has a count, but other words after
+    it, is not an earlier stub: it stays, its number is not added to the new stub's."""
+    # kills: _prior_stub_count | stmt | if not rest.startswith("earlier messages folded; tools used: "): | delete
+    other = UserMessage(
+        id="x",
+        content=(TextBlock(text="[Context collapsed: 3 files were too large to read]"),),
+        is_meta=True,
+        origin="collapse",
+    )
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    msgs: list[Message] = [prompt, other]
+    for t in ("t1", "t2", "t3"):
+        msgs += [_use(t), _result(t, "r " + t)]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    kept = out.messages()
+    assert kept[:2] == (prompt, other)
+    stub = kept[2]
+    assert isinstance(stub, UserMessage) and stub.content == (
+        TextBlock(text="[Context collapsed: 4 earlier messages folded; tools used: Read]"),
+    )
