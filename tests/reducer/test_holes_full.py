@@ -1362,3 +1362,73 @@ def test_a_collapse_message_with_a_count_but_other_words_is_not_an_earlier_stub(
     assert isinstance(stub, UserMessage) and stub.content == (
         TextBlock(text="[Context collapsed: 4 earlier messages folded; tools used: Read]"),
     )
+
+
+# --- the last survivors of the full run --------------------------------------------------------
+
+
+def _stub_like(count: str, origin: str) -> UserMessage:
+    return UserMessage(
+        id="x",
+        content=(
+            TextBlock(text=f"[Context collapsed: {count} earlier messages folded; tools used: Read]"),
+        ),
+        is_meta=True,
+        origin=origin,
+    )
+
+
+def _collapse_after(head: UserMessage) -> tuple[tuple[Message, ...], str]:
+    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
+    msgs: list[Message] = [prompt, head]
+    for t in ("t1", "t2", "t3"):
+        msgs += [_use(t), _result(t, "r " + t)]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    kept = out.messages()
+    stub = next(m for m in kept if isinstance(m, UserMessage) and m.id == "s1")
+    text = stub.content[0]
+    assert isinstance(text, TextBlock)
+    return kept, text.text
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+def test_a_stub_lookalike_the_user_wrote_is_not_an_earlier_stub() -> None:
+    """A message in the stub's exact words but not of collapse's origin (the user typed it) is
+    not an earlier stub: it stays, and its count is not added to the new stub's."""
+    # kills: _prior_stub_count | boolop | ... | or: drop m.origin != 'collapse'
+    typed = _stub_like("2", "user")
+    kept, text = _collapse_after(typed)
+    assert typed in kept
+    assert text == "[Context collapsed: 4 earlier messages folded; tools used: Read]"
+
+
+@pytest.mark.spec("S-COLLAPSE-1")
+def test_an_earlier_stub_with_an_18_digit_count_is_folded_into_the_new_one() -> None:
+    """A stub of ours whose count has 18 digits (the most an int64 holds) is still ours: the
+    new stub replaces it and carries its count on."""
+    # kills: _prior_stub_count | cmp | ... len(digits) <= _MAX_COUNT_DIGITS | '<=' -> '<'
+    n = 10**17  # 18 digits
+    earlier = _stub_like(str(n), "collapse")
+    kept, text = _collapse_after(earlier)
+    assert earlier not in kept
+    assert text.startswith(f"[Context collapsed: {n + 4} earlier messages folded")
+
+
+@pytest.mark.spec("R-CTX-3")
+def test_microcompact_clears_results_in_the_first_message_too() -> None:
+    """Old results in the conversation's first message are cleared like any other (the scan
+    runs down to index 0)."""
+    # kills: microcompact | const | for i in range(len(out) - 1, -1, -1): | 1 -> 0 #2
+    first = UserMessage(
+        id="u0",
+        content=(
+            ToolResultBlock(tool_use_id="t1", content="one"),
+            ToolResultBlock(tool_use_id="t2", content="two"),
+        ),
+        origin="tool_result",
+    )
+    conv = Conversation.of([first, _use("t1"), _use("t2"), _use("t3"), _result("t3", "three")])
+    out, cleared = microcompact(conv, 1)
+    assert cleared == 2
+    assert _results(out) == {"t1": CLEARED_RESULT, "t2": CLEARED_RESULT, "t3": "three"}
