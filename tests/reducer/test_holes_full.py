@@ -204,35 +204,47 @@ def test_microcompact_does_not_count_results_cleared_before() -> None:
 # --- collapse [S-COLLAPSE-1] -----------------------------------------------------------------------
 
 
+def _stub_like(count: str, origin: str) -> UserMessage:
+    return UserMessage(
+        id="x",
+        content=(
+            TextBlock(text=f"[Context collapsed: {count} earlier messages folded; tools used: Read]"),
+        ),
+        is_meta=True,
+        origin=origin,
+    )
+
+
+_PROMPT = UserMessage(id="p", content=(TextBlock(text="go"),))
+
+
+def _collapse_after(head: UserMessage) -> tuple[tuple[Message, ...], str]:
+    """Collapse (the drain, keeping one round) a prompt, ``head`` and three Read rounds: what
+    is kept, and the new stub's text."""
+    msgs: list[Message] = [_PROMPT, head]
+    for t in ("t1", "t2", "t3"):
+        msgs += [_use(t), _result(t, "r " + t)]
+    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
+    assert committed == 2
+    kept = out.messages()
+    stub = next(m for m in kept if isinstance(m, UserMessage) and m.id == "s1")
+    text = stub.content[0]
+    assert isinstance(text, TextBlock)
+    return kept, text.text
+
+
 @pytest.mark.spec("S-COLLAPSE-1")
 @pytest.mark.parametrize("digits", ["\uff13", "\u0663"], ids=["fullwidth-3", "arabic-indic-3"])
 def test_a_stub_lookalike_with_non_ascii_digits_is_not_an_earlier_stub(digits: str) -> None:
     """A collapse-origin message whose count is written in non-ASCII digits is not a stub of
     ours: it stays in the head untouched and its number is not added to the new stub's."""
     # kills: _prior_stub_count | boolop | ... | and: drop digits.isascii()
-    lookalike = UserMessage(
-        id="x",
-        content=(
-            TextBlock(
-                text=f"[Context collapsed: {digits} earlier messages folded; tools used: Read]"
-            ),
-        ),
-        is_meta=True,
-        origin="collapse",
-    )
-    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
-    msgs: list[Message] = [prompt, lookalike]
-    for t in ("t1", "t2", "t3"):
-        msgs += [_use(t), _result(t, "r " + t)]
-    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
-    assert committed == 2
-    kept = out.messages()
-    assert kept[:2] == (prompt, lookalike)
+    lookalike = _stub_like(digits, "collapse")
+    kept, text = _collapse_after(lookalike)
+    assert kept[:2] == (_PROMPT, lookalike)
     stub = kept[2]
     assert isinstance(stub, UserMessage) and stub.id == "s1"
-    text = stub.content[0]
-    assert isinstance(text, TextBlock)
-    assert text.text == "[Context collapsed: 4 earlier messages folded; tools used: Read]"
+    assert text == "[Context collapsed: 4 earlier messages folded; tools used: Read]"
 
 
 # --- the round pipeline's thresholds [S-SNIP-1], [S-COLLAPSE-1], [R-ID-1] ------------------------------
@@ -738,24 +750,9 @@ def test_a_stub_lookalike_whose_count_is_not_18_ascii_digits_is_not_an_earlier_s
     folded, and nothing crashes parsing it."""
     # kills: _prior_stub_count | boolop | ... | and: drop len(digits) <= _MAX_COUNT_DIGITS
     # kills: _prior_stub_count | boolop | ... | and: drop digits.isdecimal()
-    lookalike = UserMessage(
-        id="x",
-        content=(
-            TextBlock(
-                text=f"[Context collapsed: {digits} earlier messages folded; tools used: Read]"
-            ),
-        ),
-        is_meta=True,
-        origin="collapse",
-    )
-    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
-    msgs: list[Message] = [prompt, lookalike]
-    for t in ("t1", "t2", "t3"):
-        msgs += [_use(t), _result(t, "r " + t)]
-    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
-    assert committed == 2
-    kept = out.messages()
-    assert kept[:2] == (prompt, lookalike)
+    lookalike = _stub_like(digits, "collapse")
+    kept, _ = _collapse_after(lookalike)
+    assert kept[:2] == (_PROMPT, lookalike)
     stub = kept[2]
     assert isinstance(stub, UserMessage) and stub.id == "s1"
     assert stub.content == (
@@ -1365,31 +1362,6 @@ def test_a_collapse_message_with_a_count_but_other_words_is_not_an_earlier_stub(
 
 
 # --- the last survivors of the full run --------------------------------------------------------
-
-
-def _stub_like(count: str, origin: str) -> UserMessage:
-    return UserMessage(
-        id="x",
-        content=(
-            TextBlock(text=f"[Context collapsed: {count} earlier messages folded; tools used: Read]"),
-        ),
-        is_meta=True,
-        origin=origin,
-    )
-
-
-def _collapse_after(head: UserMessage) -> tuple[tuple[Message, ...], str]:
-    prompt = UserMessage(id="p", content=(TextBlock(text="go"),))
-    msgs: list[Message] = [prompt, head]
-    for t in ("t1", "t2", "t3"):
-        msgs += [_use(t), _result(t, "r " + t)]
-    out, _, committed = collapse(Conversation.of(msgs), 0, None, 1, "s1")
-    assert committed == 2
-    kept = out.messages()
-    stub = next(m for m in kept if isinstance(m, UserMessage) and m.id == "s1")
-    text = stub.content[0]
-    assert isinstance(text, TextBlock)
-    return kept, text.text
 
 
 @pytest.mark.spec("S-COLLAPSE-1")
