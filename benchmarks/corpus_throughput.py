@@ -7,7 +7,7 @@ events built with :func:`benchmarks.replay_throughput.build_synthetic`), then wr
 templates only spare the recording time.
 
 Each command (``stats``: read and count; ``replay``: exact replay, every effect and state digest
-checked) runs :func:`effects.corpus.map_corpus` over the whole corpus with ``jobs=1`` (this
+checked) runs :func:`steploop.effects.corpus.map_corpus` over the whole corpus with ``jobs=1`` (this
 process, what ``steploop stats --jobs 1`` does) and ``jobs=2`` (two local worker processes),
 interleaved over repetitions (the order alternates), after one warm-up pass over a few hundred
 traces. The time is what a user waits for: collecting the outcomes, starting the workers and
@@ -36,7 +36,7 @@ from typing import Any
 
 from benchmarks.common import machine, progress, ratio_summary, summarize
 from benchmarks.replay_throughput import build_synthetic
-from effects.corpus import TraceOutcome, map_corpus, replay_task, stats_task
+from steploop.effects.corpus import TraceOutcome, map_corpus, replay_task, stats_task
 
 __all__ = ["build_corpus", "measure"]
 

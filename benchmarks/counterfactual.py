@@ -4,10 +4,10 @@ A synthetic session of ``rounds`` tool rounds (the model says a line and reads a
 permission is granted, the tool answers; five events a round) whose history is never compacted:
 the model reports a small usage, so the conversation grows to three messages a round, 30,000 at
 10,000 rounds. The last call answers in text and the turn completes. The trace is recorded with
-:func:`effects.trace.record_driver`, then replayed side by side, interleaved, in this process:
+:func:`steploop.effects.trace.record_driver`, then replayed side by side, interleaved, in this process:
 
-- exactly (:func:`effects.trace.replay_exact`, every digest checked);
-- counterfactually (:func:`effects.trace.replay_counterfactual`) under a changed config
+- exactly (:func:`steploop.effects.trace.replay_exact`, every digest checked);
+- counterfactually (:func:`steploop.effects.trace.replay_counterfactual`) under a changed config
   (``max_turns`` set, far above the session: every request still matches the recording, so
   the whole session is re-run from recorded answers: the full cost of matching).
 
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import progress, ratio_summary, summarize
-from effects.trace import record_driver, replay_counterfactual, replay_exact
-from reducer import LoopConfig, LoopState, Request, default
-from reducer.effects import AskPermission, CallModel, Effect, RunStopHooks, StartTool
-from reducer.events import (
+from steploop.effects.trace import record_driver, replay_counterfactual, replay_exact
+from steploop.reducer import LoopConfig, LoopState, Request, default
+from steploop.reducer.effects import AskPermission, CallModel, Effect, RunStopHooks, StartTool
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelResponseEnded,
@@ -45,7 +45,7 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import TextBlock, ToolUseBlock, Usage
+from steploop.reducer.messages import TextBlock, ToolUseBlock, Usage
 
 __all__ = ["GOAL_FLAT", "GOAL_RATIO", "build", "measure"]
 

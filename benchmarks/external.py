@@ -2,9 +2,9 @@
 
 - Item 3, exact replay throughput and peak memory: :mod:`benchmarks.replay_throughput`
   (``measure_size(events, directory, memory=True, breakdown_reps=0)`` records a synthetic
-  trace with ``effects.trace.record_driver`` and replays it with ``replay_exact``, in a fresh
+  trace with ``steploop.effects.trace.record_driver`` and replays it with ``replay_exact``, in a fresh
   interpreter for events/s and peak RSS, and here under ``tracemalloc``).
-- Item 6, explorer throughput: :func:`reducer.explore.explore` at the CI bound
+- Item 6, explorer throughput: :func:`steploop.reducer.explore.explore` at the CI bound
   (``DEFAULT_ROUNDS`` model calls per path) on the default profile.
 
 When the module is missing, or its entry point is not the one described here, the item says
@@ -140,7 +140,7 @@ def replay(quick: bool) -> dict[str, Any]:
 
 
 def _replay_profile(module: Any, events: int) -> dict[str, Any]:
-    """cProfile of ``effects.trace.replay_exact`` on a synthetic trace of ``events`` events,
+    """cProfile of ``steploop.effects.trace.replay_exact`` on a synthetic trace of ``events`` events,
     in a fresh interpreter. This process holds the peers and every earlier item by then: the
     02:42 UTC Dec 1 run charged 28% of the replay to one ``evolve`` of an AssistantMessage
     that takes 2 µs when timed alone, most likely the garbage collector walking those objects
@@ -155,7 +155,7 @@ def _replay_profile(module: Any, events: int) -> dict[str, Any]:
 
 def explorer(quick: bool) -> dict[str, Any]:
     """Item 6: abstract states per second exploring the default profile at the CI bound."""
-    module, problem = _module("reducer.explore")
+    module, problem = _module("steploop.reducer.explore")
     if module is None:
         return {"available": False, "reason": problem}
     explore = getattr(module, "explore", None)
@@ -163,10 +163,10 @@ def explorer(quick: bool) -> dict[str, Any]:
     if explore is None or bound is None or not _takes(explore, "config", "rounds", "max_states"):
         return {
             "available": False,
-            "reason": "reducer.explore has no explore(config, rounds=, max_states=) and"
+            "reason": "steploop.reducer.explore has no explore(config, rounds=, max_states=) and"
             " DEFAULT_ROUNDS",
         }
-    from reducer import default
+    from steploop.reducer import default
 
     max_states = 5_000 if quick else None
 
@@ -184,7 +184,7 @@ def explorer(quick: bool) -> dict[str, Any]:
     elapsed = time.perf_counter() - start
     return {
         "available": True,
-        "entry_point": "reducer.explore.explore",
+        "entry_point": "steploop.reducer.explore.explore",
         "results": {
             "profile": "default",
             "rounds_bound": bound,

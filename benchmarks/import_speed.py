@@ -17,7 +17,7 @@ What it measures, on the largest shipped transcript (``tests/data/cc-transcripts
   importer keeps 15 bytes a record while it imports turns (88 at the chain's peak, before the
   first turn) and one turn's records at a time, never the file. Reported beside it: the peak
   at 16 copies over the peak at 4 (both past the fill of the bounded memo of canonical texts
-  in ``reducer/canonical.py``, which one copy does not fill) and the growth per added record.
+  in ``steploop/reducer/canonical.py``, which one copy does not fill) and the growth per added record.
 
 Run alone: ``.venv/bin/python -m benchmarks.import_speed [--quick] [--copies 1,4,16]``.
 """
@@ -127,8 +127,8 @@ def _high_water_kib() -> int:
 
 
 def _child(path: str, out: str, replay: bool) -> dict[str, Any]:
-    from effects.importer import import_paths
-    from effects.trace import replay_exact
+    from steploop.effects.importer import import_paths
+    from steploop.effects.trace import replay_exact
 
     base = _high_water_kib()
     lines = sum(1 for _ in open(path, "rb"))

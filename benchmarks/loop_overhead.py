@@ -62,26 +62,26 @@ class Contender:
 
 
 def baseline(rev: str) -> Contender:
-    """steploop with the interpreter (``effects/run.py``) of git revision ``rev`` and today's
+    """steploop with the interpreter (``steploop/effects/run.py``) of git revision ``rev`` and today's
     everything else: the same ``step()``, tools and workload, so the two interpreters compare
     side by side. The file is loaded from ``git show`` as a module of its own."""
     name = f"steploop@{rev}"
     try:
         source = subprocess.run(
-            ["git", "show", f"{rev}:effects/run.py"],
+            ["git", "show", f"{rev}:steploop/effects/run.py"],
             capture_output=True,
             text=True,
             check=True,
             cwd=Path(__file__).resolve().parent.parent,
         ).stdout
         module = types.ModuleType(f"_steploop_run_{abs(hash(rev))}")
-        module.__file__ = f"{rev}:effects/run.py"
+        module.__file__ = f"{rev}:steploop/effects/run.py"
         sys.modules[module.__name__] = module  # attrs and typing look classes up by module
         exec(compile(source, module.__file__, "exec"), module.__dict__)
     except Exception as exc:
         return Contender(name, "", None, f"{type(exc).__name__}: {exc}")
     return Contender(
-        name, f"effects/run.py of {rev}", functools.partial(run_steploop, run_fn=module.run)
+        name, f"steploop/effects/run.py of {rev}", functools.partial(run_steploop, run_fn=module.run)
     )
 
 
@@ -332,11 +332,11 @@ def profile(n: int, *, stamped: bool = False, backend: str = "asyncio") -> dict[
     return profile_top(
         lambda: anyio.run(runner, n, Stamps(), backend=backend),
         focus=(
-            "reducer/machine.py:advance",
-            "reducer/context.py:microcompact",
-            "reducer/drive.py:work",
-            "effects/run.py:_serve",
-            "effects/tools/base.py:call",
+            "steploop/reducer/machine.py:advance",
+            "steploop/reducer/context.py:microcompact",
+            "steploop/reducer/drive.py:work",
+            "steploop/effects/run.py:_serve",
+            "steploop/effects/tools/base.py:call",
         ),
     )
 
@@ -358,7 +358,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="REV",
-        help="also run steploop with the effects/run.py of this git revision",
+        help="also run steploop with the steploop/effects/run.py of this git revision",
     )
     ap.add_argument(
         "--profile",

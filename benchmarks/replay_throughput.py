@@ -6,8 +6,8 @@ tool (Read), the permission is granted and the tool answers, so each round is fi
 threshold is set low (``autocompact_buffer``), so a compaction replaces the history every few
 dozen rounds: the conversation, and with it the state, stays bounded however long the trace is.
 
-For each size the trace is recorded with :func:`effects.trace.record_driver`, then replayed
-with :func:`effects.trace.replay_exact`: once in a fresh interpreter (:func:`replay_in_child`)
+For each size the trace is recorded with :func:`steploop.effects.trace.record_driver`, then replayed
+with :func:`steploop.effects.trace.replay_exact`: once in a fresh interpreter (:func:`replay_in_child`)
 for events/s and peak memory, and once here under ``tracemalloc`` for the peak memory the
 Python objects of the replay alone take.
 
@@ -18,7 +18,7 @@ Peak memory, three ways:
   memory a user sees, and it costs no extra replay, so it is taken at every size.
 * ``peak_replay_mb`` (tracemalloc): only the replay's own allocations. The pass runs about
   ten times slower than the plain replay (a few minutes per 100,000 events); ``--no-memory``
-  skips it. It includes ``reducer/canonical.py``'s memo of canonical texts, a global cache
+  skips it. It includes ``steploop/reducer/canonical.py``'s memo of canonical texts, a global cache
   bounded by its entry count that keeps the memoised values alive; ``digest_memo_entries``
   says how full it was. The replay itself holds one state, the message window and one line
   at a time.
@@ -57,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from effects.trace import (
+from steploop.effects.trace import (
     VERIFY_POLICIES,
     StepRecord,
     TraceHeader,
@@ -66,9 +66,16 @@ from effects.trace import (
     record_driver,
     replay_exact,
 )
-from reducer import LoopConfig, LoopState, Request, canonical, default, start, step
-from reducer.effects import AskPermission, CallModel, Compact, Effect, RunStopHooks, StartTool
-from reducer.events import (
+from steploop.reducer import LoopConfig, LoopState, Request, canonical, default, start, step
+from steploop.reducer.effects import (
+    AskPermission,
+    CallModel,
+    Compact,
+    Effect,
+    RunStopHooks,
+    StartTool,
+)
+from steploop.reducer.events import (
     CompactionFinished,
     Event,
     ModelBlockReceived,
@@ -78,7 +85,7 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
+from steploop.reducer.messages import SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
 
 SAFE = ToolTraits(concurrency_safe=True, max_result_chars=None)
 FLAT_RATIO = 1.10  # "equal" peak memory, as in the suite (benchmarks/external.py)
@@ -199,7 +206,7 @@ def measure_size(
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         out["peak_replay_mb"] = round(peak / 1e6, 2)
-        # reducer/canonical.py memoises canonical texts (a bounded cache that keeps its values
+        # steploop/reducer/canonical.py memoises canonical texts (a bounded cache that keeps its values
         # alive); how full it is explains most of the difference between sizes
         memo = getattr(canonical, "_MEMO", None)
         if memo is not None:
@@ -276,7 +283,7 @@ def _child(kind: str, path: str, verify: Verify, reps: int) -> dict[str, Any]:
             raise SystemExit(f"{path} does not replay exactly")
         with Profiler() as prof:
             replay_exact(path, verify=verify)
-        return prof.report(focus=("reducer/machine.py:advance", "effects/trace/replay.py:_check_step"))
+        return prof.report(focus=("steploop/reducer/machine.py:advance", "steploop/effects/trace/replay.py:_check_step"))
     raise SystemExit(f"unknown child kind {kind!r}; expected one of {', '.join(CHILD_KINDS)}")
 
 

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.common import machine, profile_top, progress, ratio_summary, summarize
-from reducer import LoopState, Request, Session, default, start, step
-from reducer.conversation import Conversation
-from reducer.events import (
+from steploop.reducer import LoopState, Request, Session, default, start, step
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelResponseEnded,
@@ -29,7 +29,7 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     Message,
     TextBlock,
@@ -38,7 +38,7 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.state import Ids
+from steploop.reducer.state import Ids
 
 SAFE = ToolTraits(concurrency_safe=True, max_result_chars=None)
 
@@ -156,7 +156,7 @@ def profile(n: int, rounds: int = 300) -> dict[str, Any]:
             for e in events:
                 s, _fx = step(s, e, cfg)
 
-    return profile_top(body, focus=("reducer/machine.py:step",))
+    return profile_top(body, focus=("steploop/reducer/machine.py:step",))
 
 
 def main() -> None:

@@ -3,10 +3,10 @@
 A scripted Messages API server runs in a separate process (:mod:`benchmarks.sse_server`) and
 serves the same streams to every side, run after run: N-1 responses with a short text and one
 tool call, then a final text. The sides share one ``AsyncAnthropic`` client (made by
-``effects.model.make_client``) and make the same number of calls with the same growing
+``steploop.effects.model.make_client``) and make the same number of calls with the same growing
 conversation, through the same SDK call, ``client.messages.create(stream=True)``:
 
-- steploop: ``effects.run.run`` with ``AnthropicModelClient`` and an instant tool;
+- steploop: ``steploop.effects.run.run`` with ``AnthropicModelClient`` and an instant tool;
 - bare: a plain loop iterating the SDK's typed stream events (what the SDK documents),
   assembling the blocks, running the tool and appending the assistant message and the tool
   result, until the final text. The goal is steploop / bare.
@@ -47,14 +47,14 @@ from anthropic import types as sdk
 
 from benchmarks.common import Profiler, progress, ratio_summary, summarize
 from benchmarks.workload import PROMPT, TOOL_NAME, InstantTool
-from effects.model import AnthropicModelClient, make_client
-from effects.run import PermissionPolicy, run
-from effects.tools.base import ToolContext, ToolRegistry
-from reducer import LoopConfig, default
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.events import ModelBlockReceived, ModelCallFailed, ModelResponseEnded
-from reducer.messages import (
+from steploop.effects.model import AnthropicModelClient, make_client
+from steploop.effects.run import PermissionPolicy, run
+from steploop.effects.tools.base import ToolContext, ToolRegistry
+from steploop.reducer import LoopConfig, default
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import ModelBlockReceived, ModelCallFailed, ModelResponseEnded
+from steploop.reducer.messages import (
     AssistantMessage,
     Block,
     TextBlock,
@@ -333,10 +333,10 @@ async def _alternate(base_url: str, turns: int, reps: int, with_profile: bool) -
                     await steploop_run(client, turns, config)
             profile = prof.report(
                 focus=(
-                    "reducer/machine.py:advance",
-                    "effects/model.py:stream",
-                    "effects/model.py:_request",
-                    "effects/model.py:_dispose",
+                    "steploop/reducer/machine.py:advance",
+                    "steploop/effects/model.py:stream",
+                    "steploop/effects/model.py:_request",
+                    "steploop/effects/model.py:_dispose",
                 )
             )
     finally:

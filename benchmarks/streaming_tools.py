@@ -23,12 +23,12 @@ from typing import Any
 import anyio
 
 from benchmarks.common import progress, ratio_summary, summarize
-from effects.run import PermissionPolicy, run
-from effects.tools.base import ToolContext, ToolOutput, ToolRegistry
-from reducer import LoopConfig, default
-from reducer.effects import CallModel
-from reducer.events import Event, InterruptBehavior, ModelBlockReceived, ModelResponseEnded
-from reducer.messages import TextBlock, ToolUseBlock, Usage
+from steploop.effects.run import PermissionPolicy, run
+from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry
+from steploop.reducer import LoopConfig, default
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import Event, InterruptBehavior, ModelBlockReceived, ModelResponseEnded
+from steploop.reducer.messages import TextBlock, ToolUseBlock, Usage
 
 __all__ = ["main", "measure"]
 

@@ -18,18 +18,18 @@ from typing import Any
 
 import anyio
 
-from effects.run import PermissionPolicy, run
-from effects.tools.base import ToolContext, ToolOutput, ToolRegistry
-from reducer import LoopConfig, default
-from reducer.effects import CallModel
-from reducer.events import (
+from steploop.effects.run import PermissionPolicy, run
+from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry
+from steploop.reducer import LoopConfig, default
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import (
     Event,
     InterruptBehavior,
     ModelBlockReceived,
     ModelResponseEnded,
     ToolTraits,
 )
-from reducer.messages import TextBlock, ToolUseBlock, Usage
+from steploop.reducer.messages import TextBlock, ToolUseBlock, Usage
 
 __all__ = [
     "FINAL_TEXT",
@@ -138,7 +138,7 @@ async def run_steploop(
     model_clock: Callable[[], int] | None = None,
     run_fn: Callable[..., Any] = run,
 ) -> None:
-    """The workload through ``effects.run.run`` (reducer + interpreter), items consumed.
+    """The workload through ``steploop.effects.run.run`` (reducer + interpreter), items consumed.
 
     ``model_clock`` stamps the model's events (None: ``at_ms`` 0, as the default clients do);
     ``run_fn`` is the interpreter's ``run`` (another version's, to compare interpreters).

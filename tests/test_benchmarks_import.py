@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.import_speed import grow
-from effects.importer.session import import_file
+from steploop.effects.importer.session import import_file
 
 SMALL = Path(__file__).resolve().parent / "data" / "cc-transcripts" / "spotter" / "tool_heavy.jsonl"
 

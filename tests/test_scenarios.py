@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from effects.trace import StepRecord, replay_exact
-from reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES
+from steploop.effects.trace import StepRecord, replay_exact
+from steploop.reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "specs" / "scenarios"
 NAMES = sorted(p.stem for p in SCENARIOS.glob("*.expected"))

@@ -22,8 +22,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from reducer import LoopConfig, LoopState, Request, claude_code_2_1_88, default, start, step  # noqa: E402
-from reducer.events import (  # noqa: E402
+from steploop.reducer import LoopConfig, LoopState, Request, claude_code_2_1_88, default, start, step  # noqa: E402
+from steploop.reducer.events import (  # noqa: E402
     CompactionFailed,
     CompactionFinished,
     Event,
@@ -36,7 +36,7 @@ from reducer.events import (  # noqa: E402
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import (  # noqa: E402
+from steploop.reducer.messages import (  # noqa: E402
     OpaqueBlock,
     SystemMessage,
     TextBlock,
@@ -388,7 +388,7 @@ _ = (claude_code_2_1_88, SMALL)
 
 
 def main(names: list[str]) -> None:
-    from effects.trace import record_sequence
+    from steploop.effects.trace import record_sequence
 
     for name in names or list(SCENARIOS):
         s = SCENARIOS[name]()

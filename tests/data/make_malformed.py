@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from effects.trace import record_sequence  # noqa: E402
-from reducer import Request, default  # noqa: E402
-from reducer.events import (  # noqa: E402
+from steploop.effects.trace import record_sequence  # noqa: E402
+from steploop.reducer import Request, default  # noqa: E402
+from steploop.reducer.events import (  # noqa: E402
     Event,
     ModelBlockReceived,
     ModelResponseEnded,
@@ -31,7 +31,7 @@ from reducer.events import (  # noqa: E402
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import TextBlock, ToolUseBlock, Usage  # noqa: E402
+from steploop.reducer.messages import TextBlock, ToolUseBlock, Usage  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "malformed_traces"
 PROVENANCE = {"created_at": "2026-01-01T00:00:00Z", "client": "hand-written", "steploop": "test"}

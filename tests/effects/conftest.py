@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import anthropic
 import pytest
 
-from effects.model import make_client
+from steploop.effects.model import make_client
 from tests.support.messages_server import MessagesServer
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from effects.cli import main
-from reducer import machine
-from reducer.events import Interrupted, StopHooksFinished
-from reducer.state import LoopState
+from steploop.effects.cli import main
+from steploop.reducer import machine
+from steploop.reducer.events import Interrupted, StopHooksFinished
+from steploop.reducer.state import LoopState
 
 
 def _crash(s: LoopState, e: StopHooksFinished, cfg: Any, fx: Any) -> LoopState:

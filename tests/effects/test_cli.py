@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from effects.cli import main
+from steploop.effects.cli import main
 
 
 def test_demo_runs_the_walkthrough(capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,8 +123,8 @@ def test_max_retries_bounds_the_retries(tmp_path: Path) -> None:
 @pytest.mark.spec("CLI-1")
 def test_exit_codes_are_one_table(tmp_path: Path) -> None:
     """run, demo and the table agree; every Terminal has a code; 0 is only for completed."""
-    from effects.cli_common import TERMINAL_EXIT
-    from reducer.transitions import TERMINAL_TYPES
+    from steploop.effects.cli_common import TERMINAL_EXIT
+    from steploop.reducer.transitions import TERMINAL_TYPES
 
     assert set(TERMINAL_EXIT) == {t.TAG for t in TERMINAL_TYPES}
     assert [k for k, v in TERMINAL_EXIT.items() if v == 0] == ["completed"]
@@ -356,10 +356,10 @@ def test_diff_of_two_recordings_of_one_script_is_identical(tmp_path: Path) -> No
 
 
 def test_diff_names_the_differing_field_of_an_effect(tmp_path: Path) -> None:
-    from effects.trace import record_sequence
-    from reducer import Request, default
-    from reducer.events import Event, ModelBlockReceived, ModelResponseEnded
-    from reducer.messages import TextBlock, Usage
+    from steploop.effects.trace import record_sequence
+    from steploop.reducer import Request, default
+    from steploop.reducer.events import Event, ModelBlockReceived, ModelResponseEnded
+    from steploop.reducer.messages import TextBlock, Usage
 
     events: list[Event] = [
         ModelBlockReceived(call_id=1, block=TextBlock(text="hi")),
@@ -427,7 +427,7 @@ def test_the_sample_replies_file_runs(tmp_path: Path) -> None:
     through a retried failure, to completed."""
     import shutil
 
-    from effects.cli import SAMPLE_PROJECT
+    from steploop.effects.cli import SAMPLE_PROJECT
 
     root = Path(__file__).resolve().parents[2]
     ws = tmp_path / "ws"
@@ -451,7 +451,7 @@ def test_ctrl_c_is_130_with_one_line(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    monkeypatch.setattr("effects.cli.anyio.run", interrupted)
+    monkeypatch.setattr("steploop.effects.cli.anyio.run", interrupted)
     got, _ = _run(tmp_path, [{"type": "reply", "text": "x"}])
     assert got == 130 and capsys.readouterr().err == "steploop: interrupted\n"
     assert list(scratch.iterdir()) == []  # the scratch transcript went too

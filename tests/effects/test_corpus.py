@@ -1,4 +1,4 @@
-"""Corpus replay and stats (effects/corpus.py): the same tables and exit status in one process,
+"""Corpus replay and stats (steploop/effects/corpus.py): the same tables and exit status in one process,
 over local processes and on a Dask cluster (a LocalCluster on 127.0.0.1); a failing trace is
 reported by name, never lost; progress over the whole corpus."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from effects.corpus import (
+from steploop.effects.corpus import (
     CorpusError,
     TraceOutcome,
     collect,
@@ -26,9 +26,9 @@ from effects.corpus import (
     stats_task,
     summarize,
 )
-from effects.trace import VERSION, StepRecord, TraceReader
-from effects.trace_cli import main as cli_main
-from reducer.events import CompactionFinished, ModelResponseEnded
+from steploop.effects.trace import VERSION, StepRecord, TraceReader
+from steploop.effects.trace_cli import main as cli_main
+from steploop.reducer.events import CompactionFinished, ModelResponseEnded
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "specs" / "scenarios").glob("*.jsonl"))
@@ -278,7 +278,7 @@ def test_an_unreachable_scheduler_is_one_line(
     corpus: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("distributed")
-    monkeypatch.setattr("effects.corpus.CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("steploop.effects.corpus.CONNECT_TIMEOUT_S", 0.5)
     import socket
 
     with socket.socket() as s:  # a port nobody listens on

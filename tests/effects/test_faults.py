@@ -13,21 +13,27 @@ import anyio
 import attrs
 import pytest
 
-from effects import PermissionPolicy, PermissionRequest, run
-from effects.compaction import ModelCompactor
-from effects.run import Timeouts
-from effects.scripted import ScriptedModel, reply, response, tool_use
-from effects.tools import ToolContext, ToolOutput, ToolRegistry
-from reducer import LoopConfig, default
-from reducer.effects import CallModel, Compact, RunStopHooks, SummarizeToolUse
-from reducer.events import (
+from steploop.effects import PermissionPolicy, PermissionRequest, run
+from steploop.effects.compaction import ModelCompactor
+from steploop.effects.run import Timeouts
+from steploop.effects.scripted import ScriptedModel, reply, response, tool_use
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
+from steploop.reducer import LoopConfig, default
+from steploop.reducer.effects import CallModel, Compact, RunStopHooks, SummarizeToolUse
+from steploop.reducer.events import (
     CompactionFailed,
     CompactionFinished,
     Event,
     InterruptBehavior,
     StopHooksFinished,
 )
-from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, Usage, UserMessage
+from steploop.reducer.messages import (
+    AssistantMessage,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
 
 FAULTS = ("raises", "hangs", "cancelled", "malformed")
 

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from effects.hooks import (
+from steploop.effects.hooks import (
     BLOCKED_WITHOUT_REASON,
     PASS,
     CommandStopHook,
@@ -24,11 +24,11 @@ from effects.hooks import (
     StopHooks,
     fold_results,
 )
-from effects.transcript import TranscriptWriter
-from reducer.conversation import Conversation
-from reducer.effects import RunStopHooks
-from reducer.events import StopHooksFinished
-from reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, UserMessage
+from steploop.effects.transcript import TranscriptWriter
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import RunStopHooks
+from steploop.reducer.events import StopHooksFinished
+from steploop.reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, UserMessage
 
 SESSION = "sess-1234"
 
@@ -655,10 +655,10 @@ async def test_a_blocking_sync_hook_yields_to_an_interrupt_and_the_run_timeout(
 ) -> None:
     """The whole run: an interrupt during a blocking hook ends the turn at once
     (stop_hook_prevented), and Timeouts.stop_hooks_s ends the hooks with a warning."""
-    from effects import run
-    from effects.run import Timeouts
-    from effects.scripted import ScriptedModel, reply
-    from effects.tools import ToolRegistry
+    from steploop.effects import run
+    from steploop.effects.run import Timeouts
+    from steploop.effects.scripted import ScriptedModel, reply
+    from steploop.effects.tools import ToolRegistry
 
     blocker = Blocker()
     tools = ToolRegistry([])

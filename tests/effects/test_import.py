@@ -18,16 +18,16 @@ from typing import Any
 import anyio
 import pytest
 
-from effects.cli import DEMO_PROMPT, SAMPLE_PROJECT, demo_script, main
-from effects.importer import import_paths
-from effects.importer.chain import threads
-from effects.importer.compare import comparable
-from effects.importer.session import FileReport, _import_thread, import_file, turn_driver
-from effects.importer.source import read_source
-from effects.run import PermissionPolicy, PermissionRequest, run
-from effects.scripted import ScriptedModel
-from effects.tools import ToolRegistry, builtin_tools
-from effects.trace import (
+from steploop.effects.cli import DEMO_PROMPT, SAMPLE_PROJECT, demo_script, main
+from steploop.effects.importer import import_paths
+from steploop.effects.importer.chain import threads
+from steploop.effects.importer.compare import comparable
+from steploop.effects.importer.session import FileReport, _import_thread, import_file, turn_driver
+from steploop.effects.importer.source import read_source
+from steploop.effects.run import PermissionPolicy, PermissionRequest, run
+from steploop.effects.scripted import ScriptedModel
+from steploop.effects.tools import ToolRegistry, builtin_tools
+from steploop.effects.trace import (
     StepRecord,
     TraceReader,
     TraceRecorder,
@@ -35,12 +35,17 @@ from effects.trace import (
     replay_counterfactual,
     replay_exact,
 )
-from reducer import claude_code_2_1_88
-from reducer.config import profile_for
-from reducer.drive import check_world
-from reducer.effects import Emit
-from reducer.events import CommandQueued, Interrupted, MessagesInserted
-from reducer.messages import AssistantMessage, AttachmentMessage, SystemMessage, UserMessage
+from steploop.reducer import claude_code_2_1_88
+from steploop.reducer.config import profile_for
+from steploop.reducer.drive import check_world
+from steploop.reducer.effects import Emit
+from steploop.reducer.events import CommandQueued, Interrupted, MessagesInserted
+from steploop.reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    SystemMessage,
+    UserMessage,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "cc-transcripts"
@@ -406,7 +411,7 @@ def test_import_command_progress_names_and_output_folder(
 
 @pytest.mark.spec("IMP-6", "IMP-19")
 def test_a_steploop_run_written_as_a_transcript_imports_back(tmp_path: Path) -> None:
-    """The demo run under the 2.1.88 profile, its transcript written by effects/transcript.py,
+    """The demo run under the 2.1.88 profile, its transcript written by steploop/effects/transcript.py,
     imports into a trace that replays to the same messages (ids aside)."""
     ws = tmp_path / "ws"
     shutil.copytree(SAMPLE_PROJECT, ws)
@@ -462,7 +467,7 @@ def _emitted(path: Path) -> list[Any]:
      "fasthooks/sample_main_transcript.jsonl"],
 )  # fmt: skip
 def test_the_transcript_is_a_world_that_keeps_the_protocol(name: str) -> None:
-    """Every turn, driven by reducer.drive.check_world: every request answered once, no answer
+    """Every turn, driven by steploop.reducer.drive.check_world: every request answered once, no answer
     to a withdrawn or unopened request, every event accepted."""
     src = read_source(DATA / name, name)
     for th in threads(src):

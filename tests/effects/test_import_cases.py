@@ -14,13 +14,18 @@ from typing import Any
 import attrs
 import pytest
 
-from effects.importer.compare import comparable
-from effects.importer.convert import OPAQUE_PREFIX, Converter, user_origin
-from effects.importer.driver import api_failure_kind
-from effects.importer.infer import bash_is_read_only, config_for, stop_reason_for, traits_for
-from effects.importer.segment import classify
-from effects.importer.session import _ranges, import_file
-from reducer.messages import (
+from steploop.effects.importer.compare import comparable
+from steploop.effects.importer.convert import OPAQUE_PREFIX, Converter, user_origin
+from steploop.effects.importer.driver import api_failure_kind
+from steploop.effects.importer.infer import (
+    bash_is_read_only,
+    config_for,
+    stop_reason_for,
+    traits_for,
+)
+from steploop.effects.importer.segment import classify
+from steploop.effects.importer.session import _ranges, import_file
+from steploop.reducer.messages import (
     AssistantMessage,
     ErrorInfo,
     OpaqueBlock,
@@ -57,7 +62,7 @@ def test_stop_hook_feedback_reproduces_by_q13(monkeypatch: pytest.MonkeyPatch) -
     """Claude Code writes a blocking hook's feedback before the stop-hook summary: the turn
     reproduces under the shipped profile (Q-13 on); with the flag off the machine writes the
     summary first and the divergence is named ``stop-hook-order``."""
-    from effects.importer import session
+    from steploop.effects.importer import session
 
     name = "stop_hook_feedback.jsonl"
     assert all(t.reproduced for t in import_file(DERIVED / name, None, name=name).turns)
@@ -94,7 +99,7 @@ def test_the_uuid_lookup_table_probes_and_finds_repeats() -> None:
     met again is a duplicate of its first row; an absent key is None."""
     from array import array
 
-    from effects.importer.source import Index
+    from steploop.effects.importer.source import Index
 
     ix = Index()
     size = 2 * 4 + 1  # four rows: the table has nine slots
@@ -452,7 +457,7 @@ def test_records_with_anything_in_them_never_crash_the_importer(tmp_path: Path) 
     """A real transcript with keys deleted and values replaced by values of other types, at
     random (fixed seeds; 400 seeds passed when this was written): every file imports, with its
     problems as lines, and every trace written replays exactly."""
-    from effects.trace import replay_exact
+    from steploop.effects.trace import replay_exact
 
     base = [
         json.loads(line)

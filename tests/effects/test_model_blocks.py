@@ -15,19 +15,19 @@ from typing import Any
 import anthropic
 import pytest
 
-from effects.model import AnthropicModelClient, build_request
-from effects.run import PermissionPolicy, run
-from reducer.config import default
-from reducer.conversation import Conversation, estimate_message, estimate_text
-from reducer.effects import CallModel
-from reducer.events import (
+from steploop.effects.model import AnthropicModelClient, build_request
+from steploop.effects.run import PermissionPolicy, run
+from steploop.reducer.config import default
+from steploop.reducer.conversation import Conversation, estimate_message, estimate_text
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     OpaqueBlock,
     TextBlock,
@@ -35,7 +35,7 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.transitions import Completed
+from steploop.reducer.transitions import Completed
 from tests.support.messages_server import (
     BlockSpec,
     Body,

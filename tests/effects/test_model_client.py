@@ -13,7 +13,7 @@ import anthropic
 import anyio
 import pytest
 
-from effects.model import (
+from steploop.effects.model import (
     AnthropicModelClient,
     build_request,
     classify_error,
@@ -21,16 +21,16 @@ from effects.model import (
     parse_tool_input,
     to_api_messages,
 )
-from reducer.conversation import Conversation
-from reducer.effects import CallModel, TaskBudget
-from reducer.events import (
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel, TaskBudget
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     ErrorInfo,

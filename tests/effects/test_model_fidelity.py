@@ -11,14 +11,14 @@ from typing import Any
 import anthropic
 import pytest
 
-from effects.model import AnthropicModelClient, classify_error, parse_context_overflow
-from effects.run import PermissionPolicy, RunResult, run
-from reducer import LoopConfig, claude_code_2_1_88, default
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.events import Event, ModelCallFailed, ModelResponseEnded, ToolTraits
-from reducer.messages import AssistantMessage, TextBlock, UserMessage
-from reducer.transitions import Completed
+from steploop.effects.model import AnthropicModelClient, classify_error, parse_context_overflow
+from steploop.effects.run import PermissionPolicy, RunResult, run
+from steploop.reducer import LoopConfig, claude_code_2_1_88, default
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import Event, ModelCallFailed, ModelResponseEnded, ToolTraits
+from steploop.reducer.messages import AssistantMessage, TextBlock, UserMessage
+from steploop.reducer.transitions import Completed
 from tests.support.messages_server import (
     BlockSpec,
     Frame,

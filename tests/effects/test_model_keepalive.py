@@ -21,11 +21,11 @@ from typing import Any
 import anthropic
 import pytest
 
-from effects.model import AnthropicModelClient, make_client
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.events import Event, ToolTraits
-from reducer.messages import TextBlock, UserMessage
+from steploop.effects.model import AnthropicModelClient, make_client
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import Event, ToolTraits
+from steploop.reducer.messages import TextBlock, UserMessage
 from tests.support.messages_server import text_response
 
 

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effects.model import AnthropicModelClient, Thinking, build_request
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.events import ToolTraits
-from reducer.messages import (
+from steploop.effects.model import AnthropicModelClient, Thinking, build_request
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import ToolTraits
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     Block,

@@ -1,6 +1,6 @@
 """Reading the event stream: event data is parsed once, as json.loads would, on a fast path.
 
-``effects.model._decode`` scans compact event data with the decoder ``json.loads`` uses and leaves
+``steploop.effects.model._decode`` scans compact event data with the decoder ``json.loads`` uses and leaves
 anything else to ``json.loads`` itself; these tests hold it to ``json.loads`` on valid, spaced,
 padded and broken data, and check through the local server that malformed data ends the call
 as ``stream_broken`` after the blocks that completed before it.
@@ -16,11 +16,11 @@ from typing import Any
 import anthropic
 import pytest
 
-from effects.model import AnthropicModelClient, _decode, parse_tool_input
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.events import Event, ModelBlockReceived, ModelCallFailed, ToolTraits
-from reducer.messages import TextBlock, UserMessage
+from steploop.effects.model import AnthropicModelClient, _decode, parse_tool_input
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import Event, ModelBlockReceived, ModelCallFailed, ToolTraits
+from steploop.reducer.messages import TextBlock, UserMessage
 from tests.support.messages_server import (
     Frame,
     MessagesServer,

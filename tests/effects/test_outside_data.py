@@ -14,14 +14,14 @@ from typing import Any
 import anyio
 import pytest
 
-from effects import PermissionPolicy, run
-from effects.scripted import ScriptedModel, reply, response, tool_use
-from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
-from effects.trace import TraceRecorder, make_provenance, replay_exact
-from reducer import Request
-from reducer.effects import Compact
-from reducer.events import CompactionFinished, ToolTraits
-from reducer.messages import (
+from steploop.effects import PermissionPolicy, run
+from steploop.effects.scripted import ScriptedModel, reply, response, tool_use
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
+from steploop.effects.trace import TraceRecorder, make_provenance, replay_exact
+from steploop.reducer import Request
+from steploop.reducer.effects import Compact
+from steploop.reducer.events import CompactionFinished, ToolTraits
+from steploop.reducer.messages import (
     AssistantMessage,
     Block,
     Message,
@@ -195,8 +195,8 @@ async def test_a_tool_use_id_of_an_earlier_turn_ends_in_model_error(tmp_path: Pa
 def test_the_id_index_reads_only_new_messages_and_restarts_on_a_new_history() -> None:
     """Unit: appended messages extend the index; a conversation that does not extend the last
     one read (after a compaction) is read whole, so a dropped id is free again."""
-    from effects.boundary import ToolUseIds
-    from reducer.conversation import Conversation
+    from steploop.effects.boundary import ToolUseIds
+    from steploop.reducer.conversation import Conversation
 
     def said(*ids: str) -> AssistantMessage:
         blocks = tuple(tool_use("Odd", {}, i) for i in ids)
@@ -350,7 +350,7 @@ class SurrogateCompactor:
 async def test_compaction_result_is_cleaned_or_refused(tmp_path: Path, deep: bool) -> None:
     """A compactor's summary with a surrogate is cleaned; one with an over-deep tool input is a
     failed compaction (the breaker counts it), never a crash."""
-    from reducer import default
+    from steploop.reducer import default
 
     cfg = default().with_overrides(
         {"context_window": 50_000, "gates.history_snip": False, "gates.context_collapse": False}
@@ -379,10 +379,10 @@ async def test_compaction_result_is_cleaned_or_refused(tmp_path: Path, deep: boo
 def test_writers_take_a_surrogate_that_bypassed_the_boundary(tmp_path: Path) -> None:
     """A pure driver can feed a surrogate straight to step(): the trace recorder and the
     transcript writer write it as an escape (valid UTF-8 JSON), and the trace replays exactly."""
-    from effects.trace import record_sequence
-    from effects.transcript import TranscriptWriter
-    from reducer import default
-    from reducer.events import (
+    from steploop.effects.trace import record_sequence
+    from steploop.effects.transcript import TranscriptWriter
+    from steploop.reducer import default
+    from steploop.reducer.events import (
         Event,
         ModelBlockReceived,
         ModelResponseEnded,

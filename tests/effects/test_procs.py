@@ -1,5 +1,5 @@
 """No process outlives its call: the Bash tool's and command stop hooks' descendants die with
-the call however they detach, and with steploop when it is killed (effects/procs.py)."""
+the call however they detach, and with steploop when it is killed (steploop/effects/procs.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from effects.hooks import PASS, CommandStopHook, StopHookInput
-from effects.procs import MECHANISM, open_process_tree
-from effects.tools import Bash, ToolContext, ToolOutput
+from steploop.effects.hooks import PASS, CommandStopHook, StopHookInput
+from steploop.effects.procs import MECHANISM, open_process_tree
+from steploop.effects.tools import Bash, ToolContext, ToolOutput
 
 pytestmark = pytest.mark.skipif(
     MECHANISM != "subreaper", reason="needs Linux (/proc, prctl, pidfd) for the subreaper"
@@ -212,7 +212,7 @@ KILLED_HOST = textwrap.dedent(
     import sys
     from pathlib import Path
     import anyio
-    from effects.tools import Bash, ToolContext
+    from steploop.effects.tools import Bash, ToolContext
 
     ws = Path(sys.argv[1])
 
@@ -254,9 +254,9 @@ async def test_process_group_fallback(
 ) -> None:
     """Where the supervisor cannot run, the command runs in a new session and its process
     group is killed at the end: a plain background child dies (a setsid one would not)."""
-    import effects.procs
+    import steploop.effects.procs
 
-    monkeypatch.setattr(effects.procs, "MECHANISM", "process-group")
+    monkeypatch.setattr(steploop.effects.procs, "MECHANISM", "process-group")
     bash = Bash(workspace=tmp_path)
     out = await bash.call(
         {"command": "sleep 60 >/dev/null 2>&1 & echo $! > a.pid; exit 4"}, ctx(tmp_path)

@@ -11,13 +11,19 @@ from typing import Any
 import anyio
 import pytest
 
-from effects import PermissionPolicy, PermissionRequest, run, run_sync
-from effects.cli import SAMPLE_PROJECT, demo_script
-from effects.scripted import ScriptedModel, failure, reply, tool_call
-from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
-from reducer import LoopConfig, Request
-from reducer.events import Event, InterruptBehavior
-from reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, Usage, UserMessage
+from steploop.effects import PermissionPolicy, PermissionRequest, run, run_sync
+from steploop.effects.cli import SAMPLE_PROJECT, demo_script
+from steploop.effects.scripted import ScriptedModel, failure, reply, tool_call
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
+from steploop.reducer import LoopConfig, Request
+from steploop.reducer.events import Event, InterruptBehavior
+from steploop.reducer.messages import (
+    AssistantMessage,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -245,7 +251,7 @@ def test_run_sync_wrapper(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_command_stop_hook_reads_transcript_and_blocks_once(tmp_path: Path) -> None:
     """A Claude Code style hook script reads the transcript, blocks once (exit 2), then passes."""
-    from effects.hooks import CommandStopHook, StopHooks
+    from steploop.effects.hooks import CommandStopHook, StopHooks
 
     script = tmp_path / "hook.py"
     script.write_text(
@@ -283,8 +289,8 @@ class GatedModel:
         self.order: list[str] = []
 
     async def stream(self, effect: Any) -> Any:
-        from reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
-        from reducer.messages import TextBlock
+        from steploop.reducer.events import ModelBlockReceived, ModelResponseEnded, ToolTraits
+        from steploop.reducer.messages import TextBlock
 
         self.calls += 1
         safe = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
@@ -330,7 +336,7 @@ class Probe:
 @pytest.mark.anyio
 async def test_safe_tools_start_mid_stream_and_run_concurrently(tmp_path: Path) -> None:
     """Both safe tools start before the response ends, and each sees the other running."""
-    from reducer.messages import Usage  # noqa: F401  (used by GatedModel)
+    from steploop.reducer.messages import Usage  # noqa: F401  (used by GatedModel)
 
     started = {"a": anyio.Event(), "b": anyio.Event()}
     model = GatedModel(started)
@@ -354,10 +360,10 @@ async def test_safe_tools_start_mid_stream_and_run_concurrently(tmp_path: Path) 
 @pytest.mark.anyio
 async def test_model_compactor_replaces_the_conversation(tmp_path: Path) -> None:
     """Auto-compaction through the model: a nested summary call, boundary + summary messages."""
-    from effects.compaction import SUMMARY_PREAMBLE, ModelCompactor
-    from effects.scripted import response, tool_use
-    from reducer import default
-    from reducer.messages import SystemMessage
+    from steploop.effects.compaction import SUMMARY_PREAMBLE, ModelCompactor
+    from steploop.effects.scripted import response, tool_use
+    from steploop.reducer import default
+    from steploop.reducer.messages import SystemMessage
 
     tools = ToolRegistry(builtin_tools(tmp_path))
     (tmp_path / "a.txt").write_text("x")
@@ -377,9 +383,9 @@ async def test_model_compactor_replaces_the_conversation(tmp_path: Path) -> None
 @pytest.mark.anyio
 async def test_text_deltas_for_live_display(tmp_path: Path) -> None:
     """With text_deltas=True the run yields the raw deltas a client reports, then the block."""
-    from effects.run import TextDelta
-    from reducer.events import ModelBlockReceived, ModelResponseEnded
-    from reducer.messages import TextBlock
+    from steploop.effects.run import TextDelta
+    from steploop.reducer.events import ModelBlockReceived, ModelResponseEnded
+    from steploop.reducer.messages import TextBlock
 
     class DeltaModel:
         def __init__(self) -> None:
@@ -414,7 +420,7 @@ async def test_queued_command_is_attached_and_acknowledged(tmp_path: Path) -> No
                 r.queue_command("cmd-1", "also update the changelog")
     assert r.result is not None and r.result.terminal.TAG == "completed"
     assert acked == [("cmd-1",)]
-    from reducer.messages import AttachmentMessage
+    from steploop.reducer.messages import AttachmentMessage
 
     atts = [m for m in r.result.state.conversation.messages() if isinstance(m, AttachmentMessage)]
     assert [a.attachment_type for a in atts] == ["queued_command"]

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from effects import PermissionPolicy, run
-from effects.scripted import ScriptedModel, reply, tool_call
-from effects.tools import ToolContext, ToolOutput, ToolRegistry
-from reducer.events import Event, InterruptBehavior, ToolFinished
-from reducer.messages import AttachmentMessage, ToolResultBlock, UserMessage
+from steploop.effects import PermissionPolicy, run
+from steploop.effects.scripted import ScriptedModel, reply, tool_call
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
+from steploop.reducer.events import Event, InterruptBehavior, ToolFinished
+from steploop.reducer.messages import AttachmentMessage, ToolResultBlock, UserMessage
 
 
 class HookedTool:

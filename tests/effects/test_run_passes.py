@@ -2,7 +2,7 @@
 
 Events are stepped by whoever brings them when nothing else is being stepped (a runner, the
 consumer), effects that need no waiting are executed there and then, runner tasks are reused,
-and items reach the consumer through a zero-buffer hand-over (``effects.concurrency.Handoff``)."""
+and items reach the consumer through a zero-buffer hand-over (``steploop.effects.concurrency.Handoff``)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from effects import PermissionPolicy, PermissionRequest, run
-from effects.concurrency import Handoff
-from effects.run import Run
-from effects.scripted import ScriptedModel, reply, tool_call
-from effects.tools import ToolContext, ToolOutput, ToolRegistry
-from reducer.effects import CallModel
-from reducer.events import (
+from steploop.effects import PermissionPolicy, PermissionRequest, run
+from steploop.effects.concurrency import Handoff
+from steploop.effects.run import Run
+from steploop.effects.scripted import ScriptedModel, reply, tool_call
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import (
     Event,
     InterruptBehavior,
     ModelBlockReceived,
@@ -29,7 +29,7 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     TextBlock,
     ToolResultBlock,

@@ -1,4 +1,4 @@
-"""The interpreter as the live world of the driver loop (reducer/drive.py, reducer/protocol.py)."""
+"""The interpreter as the live world of the driver loop (steploop/reducer/drive.py, steploop/reducer/protocol.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 import anyio
 import pytest
 
-from effects import PermissionPolicy, PermissionRequest, run
-from effects.scripted import ScriptedModel, reply, response, tool_use
-from effects.tools import ToolContext, ToolOutput, ToolRegistry
-from effects.trace import StepRecord, TraceReader, TraceRecorder, replay_exact
-from reducer.events import InterruptBehavior
-from reducer.transitions import CONTINUE_TYPES
+from steploop.effects import PermissionPolicy, PermissionRequest, run
+from steploop.effects.scripted import ScriptedModel, reply, response, tool_use
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
+from steploop.effects.trace import StepRecord, TraceReader, TraceRecorder, replay_exact
+from steploop.reducer.events import InterruptBehavior
+from steploop.reducer.transitions import CONTINUE_TYPES
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from effects.scripted import (
+from steploop.effects.scripted import (
     ScriptedModel,
     ScriptError,
     ScriptExhausted,
@@ -20,17 +20,17 @@ from effects.scripted import (
     tool_use,
     truncated_tool_call,
 )
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.errors import SteploopError
-from reducer.events import (
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.errors import SteploopError
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     RedactedThinkingBlock,
     TextBlock,

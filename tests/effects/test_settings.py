@@ -1,4 +1,4 @@
-"""Stop hooks from Claude Code settings files (effects/settings.py)."""
+"""Stop hooks from Claude Code settings files (steploop/effects/settings.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from effects.settings import (
+from steploop.effects.settings import (
     COMMAND_HOOK_TIMEOUT_S,
     SettingsError,
     load_settings,

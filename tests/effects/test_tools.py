@@ -12,7 +12,7 @@ import anyio
 import attrs
 import pytest
 
-from effects.tools import (
+from steploop.effects.tools import (
     Bash,
     Edit,
     Glob,
@@ -26,7 +26,7 @@ from effects.tools import (
     builtin_tools,
     is_read_only_command,
 )
-from reducer.events import InterruptBehavior, ToolTraits
+from steploop.reducer.events import InterruptBehavior, ToolTraits
 
 # -- fixtures and helpers --------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Workspace confinement of the file tools, case by case (effects/tools/confine.py): hard links,
+"""Workspace confinement of the file tools, case by case (steploop/effects/tools/confine.py): hard links,
 links followed by the confined walk, atomic writes, calls that can always be given up. The
 concurrent attacks are in test_tools_races.py."""
 
@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 import pytest
 
-import effects.tools.builtin as builtin_module
-from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
+import steploop.effects.tools.builtin as builtin_module
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -194,7 +194,7 @@ class _SlowOs(ModuleType):
 
 
 def _slow_file_system(monkeypatch: pytest.MonkeyPatch, delay: float) -> None:
-    import effects.tools as tools_package
+    import steploop.effects.tools as tools_package
 
     for name in ("builtin", "confine"):
         module = getattr(tools_package, name, None)
@@ -254,7 +254,7 @@ async def test_platform_without_dir_fd_refuses_clearly(
 ) -> None:
     """Where openat-style calls are missing, every file tool answers with one clear error
     instead of crashing or falling back to path checks that races defeat."""
-    import effects.tools.confine as confine
+    import steploop.effects.tools.confine as confine
 
     reason = confine._unsupported_reason() or "confined file access is not available here"
     monkeypatch.setattr(confine, "UNSUPPORTED_REASON", reason)
@@ -314,7 +314,7 @@ async def test_a_non_utf8_name_round_trips_through_every_tool(workspace: Path) -
 
 @pytest.mark.spec("E-CONFINE-4")
 def test_show_name_and_unescape_name_are_inverse() -> None:
-    from effects.tools.confine import show_name, unescape_name
+    from steploop.effects.tools.confine import show_name, unescape_name
 
     for raw in (b"plain.txt", b"bad\xff.txt", b"\x80\xfe/\xc3", "é.txt".encode()):
         name = os.fsdecode(raw)

@@ -1,4 +1,4 @@
-"""The registry's quick check of plain tool schemas (``effects.tools.base._quick_check``): it
+"""The registry's quick check of plain tool schemas (``steploop.effects.tools.base._quick_check``): it
 may only say "valid" where the full Draft 2020-12 validator agrees, and it must say so for the
 inputs the built-in tools get, or it saves nothing."""
 
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
 
-from effects.tools import ToolRegistry, builtin_tools
-from effects.tools.base import _plain, _quick_check
-from reducer.events import InterruptBehavior
+from steploop.effects.tools import ToolRegistry, builtin_tools
+from steploop.effects.tools.base import _plain, _quick_check
+from steploop.reducer.events import InterruptBehavior
 
 BUILTIN = {t.name: _plain(t.input_schema) for t in builtin_tools(Path("."), enable_bash=True)}
 EXTRA: dict[str, dict[str, Any]] = {

@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import pytest
 
-from effects.tools import ToolContext, ToolRegistry, builtin_tools
+from steploop.effects.tools import ToolContext, ToolRegistry, builtin_tools
 
 MARK = "OUTSIDE"
 

@@ -1,5 +1,5 @@
 """A tool that holds the event loop, or waits where cancellation cannot reach, does not hold
-the run past its timeout (effects/tools/watchdog.py)."""
+the run past its timeout (steploop/effects/tools/watchdog.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from effects import PermissionPolicy, run
-from effects.scripted import ScriptedModel, reply, tool_call
-from effects.tools import Isolated, ToolContext, ToolOutput, ToolRegistry
-from effects.tools.watchdog import WATCHDOG_SIGNAL
-from reducer.events import InterruptBehavior
-from reducer.messages import ToolResultBlock, UserMessage
+from steploop.effects import PermissionPolicy, run
+from steploop.effects.scripted import ScriptedModel, reply, tool_call
+from steploop.effects.tools import Isolated, ToolContext, ToolOutput, ToolRegistry
+from steploop.effects.tools.watchdog import WATCHDOG_SIGNAL
+from steploop.reducer.events import InterruptBehavior
+from steploop.reducer.messages import ToolResultBlock, UserMessage
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -15,13 +15,13 @@ import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
 from benchmarks.replay_throughput import build_synthetic
-from effects import PermissionPolicy, run
-from effects.cli import SAMPLE_PROJECT, demo_script
-from effects.hooks import PythonStopHook, StopHookResult, StopHooks
-from effects.model import AnthropicModelClient, make_client
-from effects.scripted import ScriptedModel, reply, tool_call
-from effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
-from effects.trace import (
+from steploop.effects import PermissionPolicy, run
+from steploop.effects.cli import SAMPLE_PROJECT, demo_script
+from steploop.effects.hooks import PythonStopHook, StopHookResult, StopHooks
+from steploop.effects.model import AnthropicModelClient, make_client
+from steploop.effects.scripted import ScriptedModel, reply, tool_call
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
+from steploop.effects.trace import (
     INTERRUPTED_TOOL_RESULT,
     Answer,
     EndRecord,
@@ -41,9 +41,9 @@ from effects.trace import (
     resume_trace,
     trace_schema,
 )
-from effects.trace_cli import main as cli_main
-from effects.trace_cli import register
-from reducer import (
+from steploop.effects.trace_cli import main as cli_main
+from steploop.effects.trace_cli import register
+from steploop.reducer import (
     ConfigError,
     IllegalEvent,
     LoopConfig,
@@ -55,7 +55,7 @@ from reducer import (
     start,
     step,
 )
-from reducer.effects import (
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     Compact,
@@ -65,7 +65,7 @@ from reducer.effects import (
     StartTool,
     Wait,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFinished,
     Event,
     InterruptBehavior,
@@ -79,7 +79,7 @@ from reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     SystemMessage,
     TextBlock,
     Tombstone,
@@ -530,7 +530,7 @@ def test_end_record_must_agree_with_finish(tmp_path: Path) -> None:
 def test_replay_memory_is_flat_in_trace_length(tmp_path: Path) -> None:
     """Peak allocated blocks while replaying 20,000 events stay within a small tolerance of
     those for 2,000 events (history bounded by compaction; the reader streams)."""
-    # reducer/canonical.py memoises canonical texts in a global cache of its own (bounded by
+    # steploop/reducer/canonical.py memoises canonical texts in a global cache of its own (bounded by
     # entry count, cleared when full); it is emptied while sampling so that what is measured
     # is what the replay itself keeps.
     memo = getattr(canonical, "_MEMO", None)

@@ -18,14 +18,14 @@ import attrs
 import pytest
 
 from benchmarks.replay_throughput import build_synthetic
-from effects.trace import (
+from steploop.effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     ReplayReport,
     StepRecord,
     TraceError,
     replay_exact,
 )
-from effects.trace_cli import main as cli_main
+from steploop.effects.trace_cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "specs" / "scenarios"

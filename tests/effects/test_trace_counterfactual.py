@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import effects.trace.counterfactual as counterfactual
+import steploop.effects.trace.counterfactual as counterfactual
 from benchmarks.counterfactual import CHANGE, build
-from effects.trace import ReplayProgress, TraceReader, replay_counterfactual, replay_exact
-from effects.trace.format import StepRecord
-from reducer.effects import CallModel
+from steploop.effects.trace import ReplayProgress, TraceReader, replay_counterfactual, replay_exact
+from steploop.effects.trace.format import StepRecord
+from steploop.reducer.effects import CallModel
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Reading traces fast changes nothing a reader sees (effects/trace/read.py, reducer/serialize.py).
+"""Reading traces fast changes nothing a reader sees (steploop/effects/trace/read.py, steploop/reducer/serialize.py).
 
 The fast paths (orjson when installed, the serializer's compiled structurers, the per-tag
 decoders) return what the general code returns, or step aside so the general code words the
@@ -17,25 +17,25 @@ from typing import Any
 import attrs
 import pytest
 
-import effects.trace as trace
-import effects.trace.read as trace_read
-import reducer.digest as digest_module
-import reducer.serialize as serialize
+import steploop.effects.trace as trace
+import steploop.effects.trace.read as trace_read
+import steploop.reducer.digest as digest_module
+import steploop.reducer.serialize as serialize
 from benchmarks.replay_throughput import build_synthetic
-from effects.trace import (
+from steploop.effects.trace import (
     StepRecord,
     TraceError,
     TraceReader,
     record_sequence,
     replay_exact,
 )
-from effects.trace.format import FORMER, TraceHeader
-from effects.trace.replay import _Walk
-from reducer import Request, default, start
-from reducer.canonical import canonical_bytes, state_digest
-from reducer.digest import StateDigester as _StateDigester
-from reducer.events import Event, ModelBlockReceived, ModelResponseEnded, ToolTraits
-from reducer.messages import ToolUseBlock, Usage
+from steploop.effects.trace.format import FORMER, TraceHeader
+from steploop.effects.trace.replay import _Walk
+from steploop.reducer import Request, default, start
+from steploop.reducer.canonical import canonical_bytes, state_digest
+from steploop.reducer.digest import StateDigester as _StateDigester
+from steploop.reducer.events import Event, ModelBlockReceived, ModelResponseEnded, ToolTraits
+from steploop.reducer.messages import ToolUseBlock, Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "malformed_traces"

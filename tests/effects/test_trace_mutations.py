@@ -183,7 +183,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
     """``steploop show run.jsonl | head -1``: it raised BrokenPipeError (a traceback, status 1);
     now nothing on stderr and status 0."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "effects.cli", "show", str(COMPLETED)],
+        [sys.executable, "-m", "steploop.effects.cli", "show", str(COMPLETED)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

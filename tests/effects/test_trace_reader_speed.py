@@ -1,4 +1,4 @@
-"""The reader's fast paths change nothing a reader sees (effects/trace/read.py, TraceReader).
+"""The reader's fast paths change nothing a reader sees (steploop/effects/trace/read.py, TraceReader).
 
 Records are decoded with orjson (when installed), the compiled structurers and cheap checks
 first; any line a fast check declines takes the general code, which words the error. Here
@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import effects.trace as trace
-import effects.trace.read as trace_read
+import steploop.effects.trace as trace
+import steploop.effects.trace.read as trace_read
 from benchmarks.replay_throughput import build_synthetic
-from effects.trace import TraceReader
+from steploop.effects.trace import TraceReader
 from tests.effects.test_trace_fast import _general_only as _no_fast_paths
 
 ROOT = Path(__file__).resolve().parents[2]

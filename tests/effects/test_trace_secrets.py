@@ -12,20 +12,20 @@ import anthropic
 import anyio
 import pytest
 
-from effects import PermissionPolicy, run
-from effects.model import AnthropicModelClient, make_client
-from effects.scripted import ScriptedModel, reply, response, tool_use
-from effects.tools import ToolContext, ToolOutput, ToolRegistry
-from effects.trace import (
+from steploop.effects import PermissionPolicy, run
+from steploop.effects.model import AnthropicModelClient, make_client
+from steploop.effects.scripted import ScriptedModel, reply, response, tool_use
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
+from steploop.effects.trace import (
     TraceReader,
     TraceRecorder,
     make_provenance,
     replay_exact,
     resume_trace,
 )
-from effects.trace.provenance import client_secrets, redaction_marker
-from reducer import Request, default, start, step
-from reducer.events import InterruptBehavior, ToolFinished, ToolTraits
+from steploop.effects.trace.provenance import client_secrets, redaction_marker
+from steploop.reducer import Request, default, start, step
+from steploop.reducer.events import InterruptBehavior, ToolFinished, ToolTraits
 from tests.effects.test_trace import tool_round_events
 from tests.support.messages_server import MessagesServer, error_response, text_response
 

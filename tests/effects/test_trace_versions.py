@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from effects import PermissionPolicy
-from effects.scripted import ScriptedModel, reply
-from effects.tools import ToolRegistry
-from effects.trace import (
+from steploop.effects import PermissionPolicy
+from steploop.effects.scripted import ScriptedModel, reply
+from steploop.effects.tools import ToolRegistry
+from steploop.effects.trace import (
     VERSION,
     StepRecord,
     TraceHeader,
@@ -21,7 +21,7 @@ from effects.trace import (
     replay_exact,
     resume_trace,
 )
-from reducer.canonical import state_digest
+from steploop.reducer.canonical import state_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "specs" / "scenarios" / "walkthrough.jsonl"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from effects.transcript import TranscriptWriter, format_timestamp, record_uuid
-from reducer.messages import (
+from steploop.effects.transcript import TranscriptWriter, format_timestamp, record_uuid
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     ErrorInfo,
@@ -404,7 +404,7 @@ async def test_async_variants_write_the_same_records(tmp_path: Path) -> None:
 def test_records_of_a_response_wait_for_its_usage(tmp_path: Path) -> None:
     """record() holds a response's records until observe() sees it end: then all carry the
     usage and the last one the stop reason; anything else recorded first flushes them."""
-    from reducer.events import ModelResponseEnded
+    from steploop.reducer.events import ModelResponseEnded
 
     path = tmp_path / "s.jsonl"
     usage = Usage(input_tokens=7, output_tokens=3)

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from effects.compaction import ModelCompactor
-from effects.hooks import PythonStopHook, StopHookInput, StopHookResult, StopHooks
-from effects.run import PermissionPolicy, run
-from effects.scripted import ScriptedModel, reply, response, tool_use
-from effects.tools import ToolRegistry, builtin_tools
-from reducer import default
-from reducer.messages import Usage
+from steploop.effects.compaction import ModelCompactor
+from steploop.effects.hooks import PythonStopHook, StopHookInput, StopHookResult, StopHooks
+from steploop.effects.run import PermissionPolicy, run
+from steploop.effects.scripted import ScriptedModel, reply, response, tool_use
+from steploop.effects.tools import ToolRegistry, builtin_tools
+from steploop.reducer import default
+from steploop.reducer.messages import Usage
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cc_transcripts" / "records.jsonl"
 SESSION = "0b6f6c1e-2f55-4a8e-9f43-6f1e6c0d7a10"

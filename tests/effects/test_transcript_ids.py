@@ -13,15 +13,15 @@ from typing import Any
 import anthropic
 import pytest
 
-from effects import PermissionPolicy, run
-from effects.model import AnthropicModelClient
-from effects.tools import ToolRegistry, builtin_tools
-from effects.transcript import TranscriptWriter
-from reducer import Request, default
-from reducer.conversation import Conversation
-from reducer.effects import CallModel
-from reducer.events import ToolTraits
-from reducer.messages import TextBlock, UserMessage
+from steploop.effects import PermissionPolicy, run
+from steploop.effects.model import AnthropicModelClient
+from steploop.effects.tools import ToolRegistry, builtin_tools
+from steploop.effects.transcript import TranscriptWriter
+from steploop.reducer import Request, default
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel
+from steploop.reducer.events import ToolTraits
+from steploop.reducer.messages import TextBlock, UserMessage
 from tests.support.messages_server import (
     MessagesServer,
     StreamScript,

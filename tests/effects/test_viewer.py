@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from effects.cli import main
-from effects.viewer import ROUND_COLOURS
+from steploop.effects.cli import main
+from steploop.effects.viewer import ROUND_COLOURS
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 needs_chromium = pytest.mark.skipif(

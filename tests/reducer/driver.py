@@ -1,8 +1,8 @@
 """A tiny synchronous driver for reducer tests: feed events, collect effects.
 
-Every event goes through :func:`reducer.machine.advance` (the stepping API that reports the
+Every event goes through :func:`steploop.reducer.machine.advance` (the stepping API that reports the
 transitions a step passed through) and is checked against the world protocol
-(:class:`reducer.protocol.Ledger`, W-PROTO-5): an event that answers a request the effects so far
+(:class:`steploop.reducer.protocol.Ledger`, W-PROTO-5): an event that answers a request the effects so far
 never opened, withdrew or already closed may be fed (tests feed late answers on purpose), but the
 machine must refuse it (``IllegalEvent``) or ignore it (the same state, no effect); a machine that
 acts on it fails the test that fed it.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reducer import LoopConfig, LoopState, Request, Session
-from reducer.effects import (
+from steploop.reducer import LoopConfig, LoopState, Request, Session
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     Compact,
@@ -24,7 +24,7 @@ from reducer.effects import (
     StartTool,
     Wait,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelResponseEnded,
@@ -33,10 +33,10 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.machine import advance, begin
-from reducer.messages import Emitted, TextBlock, ToolUseBlock, Usage
-from reducer.protocol import Ledger
-from reducer.transitions import Transition
+from steploop.reducer.machine import advance, begin
+from steploop.reducer.messages import Emitted, TextBlock, ToolUseBlock, Usage
+from steploop.reducer.protocol import Ledger
+from steploop.reducer.transitions import Transition
 
 SAFE = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
 UNSAFE = ToolTraits(concurrency_safe=False)

@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reducer.canonical import canonical_bytes, canonical_bytes_reference, state_digest
-from reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, Usage
+from steploop.reducer.canonical import canonical_bytes, canonical_bytes_reference, state_digest
+from steploop.reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, Usage
 from tests.reducer.driver import UNSAFE, Driver
 
 
 def _states() -> list[object]:
-    from reducer import claude_code_2_1_88, default
+    from steploop.reducer import claude_code_2_1_88, default
 
     out: list[object] = []
     for cfg in (default(), claude_code_2_1_88()):

@@ -9,9 +9,9 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import ConfigError, LoopConfig, claude_code_2_1_88, default, full, start
-from reducer.config import PROFILES, Compat, Gates, RetryPolicy
-from reducer.state import Request
+from steploop.reducer import ConfigError, LoopConfig, claude_code_2_1_88, default, full, start
+from steploop.reducer.config import PROFILES, Compat, Gates, RetryPolicy
+from steploop.reducer.state import Request
 
 GROUPS: dict[str, type] = {
     "": LoopConfig,

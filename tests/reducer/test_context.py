@@ -10,11 +10,19 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import Conversation, LoopConfig, Request, claude_code_2_1_88, default, full, start
-from reducer.config import Gates
-from reducer.context import CLEARED_RESULT
-from reducer.conversation import SYNTHETIC_MODEL
-from reducer.effects import (
+from steploop.reducer import (
+    Conversation,
+    LoopConfig,
+    Request,
+    claude_code_2_1_88,
+    default,
+    full,
+    start,
+)
+from steploop.reducer.config import Gates
+from steploop.reducer.context import CLEARED_RESULT
+from steploop.reducer.conversation import SYNTHETIC_MODEL
+from steploop.reducer.effects import (
     CallModel,
     Compact,
     Emit,
@@ -22,13 +30,13 @@ from reducer.effects import (
     PersistToolResult,
     TaskBudget,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFailed,
     CompactionFinished,
     ModelCallFailed,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     ErrorInfo,
     ImageBlock,
@@ -41,7 +49,7 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.transitions import BlockingLimit, CollapseDrainRetry
+from steploop.reducer.transitions import BlockingLimit, CollapseDrainRetry
 from tests.reducer.driver import SAFE, Driver
 
 MODEL = "claude-sonnet-4-5"

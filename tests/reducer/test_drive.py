@@ -1,4 +1,4 @@
-"""The driver loop (reducer/drive.py) and the conformance check of a world."""
+"""The driver loop (steploop/reducer/drive.py) and the conformance check of a world."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from reducer import LoopConfig, Request, default
-from reducer.drive import Loop, check_world, check_world_async, drive, drive_async
-from reducer.effects import (
+from steploop.reducer import LoopConfig, Request, default
+from steploop.reducer.drive import Loop, check_world, check_world_async, drive, drive_async
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     CancelTools,
@@ -21,7 +21,7 @@ from reducer.effects import (
     RunStopHooks,
     StartTool,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
     ModelResponseEnded,
@@ -31,12 +31,12 @@ from reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from reducer.explore import World, moves
-from reducer.explore.observation import Observation
-from reducer.machine import advance, begin
-from reducer.messages import TextBlock, ToolUseBlock, Usage
-from reducer.state import LoopState
-from reducer.transitions import BlockingLimit, NextTurn, Transition
+from steploop.reducer.explore import World, moves
+from steploop.reducer.explore.observation import Observation
+from steploop.reducer.machine import advance, begin
+from steploop.reducer.messages import TextBlock, ToolUseBlock, Usage
+from steploop.reducer.state import LoopState
+from steploop.reducer.transitions import BlockingLimit, NextTurn, Transition
 
 SAFE = ToolTraits(concurrency_safe=True, interrupt="cancel", max_result_chars=None)
 BASH = ToolTraits(concurrency_safe=True, interrupt="cancel", cancels_siblings_on_error=True)

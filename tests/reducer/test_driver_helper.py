@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from reducer import default, machine
-from reducer.effects import Emit
-from reducer.events import ModelCallFailed, ToolFinished
-from reducer.messages import SystemMessage
-from reducer.state import LoopState
-from reducer.transitions import NextTurn
+from steploop.reducer import default, machine
+from steploop.reducer.effects import Emit
+from steploop.reducer.events import ModelCallFailed, ToolFinished
+from steploop.reducer.messages import SystemMessage
+from steploop.reducer.state import LoopState
+from steploop.reducer.transitions import NextTurn
 from tests.reducer.driver import SAFE, Driver
 
 
@@ -55,7 +55,7 @@ def test_a_machine_that_acts_on_a_late_answer_fails_the_test_that_fed_it(
 
 @pytest.mark.spec("W-PROTO-5")
 def test_a_refused_event_is_not_delivered_and_transitions_are_kept() -> None:
-    from reducer.errors import IllegalEvent
+    from steploop.reducer.errors import IllegalEvent
 
     d = Driver(default())
     d.tool_use("t1", "Read", SAFE)

@@ -18,9 +18,9 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import LoopConfig, Request, claude_code_2_1_88, default, full, start, step
-from reducer.events import Event
-from reducer.explore import (
+from steploop.reducer import LoopConfig, Request, claude_code_2_1_88, default, full, start, step
+from steploop.reducer.events import Event
+from steploop.reducer.explore import (
     DEEP_WORLD,
     DEFAULT_REQUEST,
     DEFAULT_ROUNDS,
@@ -39,10 +39,10 @@ from reducer.explore import (
     moves,
     usage_for,
 )
-from reducer.explore import Observation as Obs
-from reducer.machine import advance, begin
-from reducer.serialize import structure
-from reducer.transitions import MaxOutputTokensEscalate, StopHookBlocking
+from steploop.reducer.explore import Observation as Obs
+from steploop.reducer.machine import advance, begin
+from steploop.reducer.serialize import structure
+from steploop.reducer.transitions import MaxOutputTokensEscalate, StopHookBlocking
 
 # a generous ceiling for one CI-bound run on a slow runner, in CPU seconds of this process
 # (the explorer runs in it): the bound is on the work, and a shared machine's wall time is not
@@ -57,7 +57,7 @@ def escalation_gate_on() -> LoopConfig:
 
 def explore_with_keys(cfg: LoopConfig) -> tuple[Report, set[Any], float]:
     """A CI-bound run that also collects every abstraction key it created."""
-    import reducer.explore.state_graph as explore_module
+    import steploop.reducer.explore.state_graph as explore_module
 
     keys: set[Any] = set()
     real = explore_module._Graph.add
@@ -262,9 +262,9 @@ def test_a_guard_never_exercised_fails_the_run() -> None:
 @pytest.mark.spec("ABS-3")
 def test_a_step_that_raises_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """specs/ M-5: step() may raise only IllegalEvent, and never on a generated move."""
-    import reducer.explore.search as explore_module
+    import steploop.reducer.explore.search as explore_module
 
-    real = advance  # the machine's advance(), which reducer.explore.search imports and calls
+    real = advance  # the machine's advance(), which steploop.reducer.explore.search imports and calls
     assert vars(explore_module)["advance"] is real
 
     def flaky(state: Any, event: Any, config: Any) -> Any:
@@ -469,11 +469,11 @@ def test_every_generated_move_is_accepted() -> None:
         assert labels  # _walk_keys feeds every move through step()
 
 
-# --- the CLI (effects/check_cli.py) ---------------------------------------------------------
+# --- the CLI (steploop/effects/check_cli.py) ---------------------------------------------------------
 
 
 def _cli(argv: list[str]) -> tuple[int, str]:
-    from effects.check_cli import register
+    from steploop.effects.check_cli import register
 
     parser = argparse.ArgumentParser(prog="steploop")
     register(parser.add_subparsers(dest="command"))
@@ -517,7 +517,7 @@ def test_cli_check_reports_the_reference_flaws_and_writes_counterexamples(tmp_pa
     data = json.loads((tmp_path / "steploop-check-INV-13.json").read_text())
     assert data["loop_start"] is not None and data["events"]
     # each counterexample is a trace that `steploop replay` accepts and replays exactly
-    from effects.trace import replay_exact
+    from steploop.effects.trace import replay_exact
 
     for inv in ("INV-3", "INV-13"):
         report = replay_exact(tmp_path / f"steploop-check-{inv}.jsonl")
@@ -526,14 +526,14 @@ def test_cli_check_reports_the_reference_flaws_and_writes_counterexamples(tmp_pa
             and report.steps
             == len(json.loads((tmp_path / f"steploop-check-{inv}.json").read_text())["events"]) + 1
         )
-    from effects.cli import main
+    from steploop.effects.cli import main
 
     replay_out = io.StringIO()
     assert main(["replay", str(tmp_path / "steploop-check-INV-3.jsonl")], out=replay_out) == 0, (
         replay_out.getvalue()
     )
     # ... and carries, at every step, the transition advance() reports (the last it passed)
-    from effects.trace import StepRecord, TraceReader
+    from steploop.effects.trace import StepRecord, TraceReader
 
     for inv in ("INV-3", "INV-13"):
         path = tmp_path / f"steploop-check-{inv}.jsonl"
@@ -551,7 +551,7 @@ def test_cli_check_reports_the_reference_flaws_and_writes_counterexamples(tmp_pa
 
 def rep_cex(sidecar: Path) -> Any:
     """The counterexample a ``steploop check`` sidecar describes."""
-    from reducer.explore import Counterexample
+    from steploop.reducer.explore import Counterexample
 
     data = json.loads(sidecar.read_text())
     return Counterexample(
@@ -565,8 +565,8 @@ def rep_cex(sidecar: Path) -> Any:
 
 @pytest.mark.spec("ABS-3")
 def test_cli_check_rejects_bad_input() -> None:
-    from effects.cli import CliError
-    from reducer import ConfigError
+    from steploop.effects.cli import CliError
+    from steploop.reducer import ConfigError
 
     with pytest.raises(CliError, match="--rounds must be at least 1"):
         _cli(["check", "--rounds", "0"])

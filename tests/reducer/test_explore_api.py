@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from reducer import LoopConfig, claude_code_2_1_88, default
-from reducer.effects import CallModel, Emit, Finish, RunStopHooks
-from reducer.events import ModelResponseEnded
-from reducer.explore import (
+from steploop.reducer import LoopConfig, claude_code_2_1_88, default
+from steploop.reducer.effects import CallModel, Emit, Finish, RunStopHooks
+from steploop.reducer.events import ModelResponseEnded
+from steploop.reducer.explore import (
     DEEP_WORLD,
     DEFAULT_REQUEST,
     Abstraction,
@@ -27,10 +27,10 @@ from reducer.explore import (
     initial_monitors,
     moves,
 )
-from reducer.machine import advance, begin
-from reducer.messages import AssistantMessage
-from reducer.state import LoopState
-from reducer.transitions import Completed
+from steploop.reducer.machine import advance, begin
+from steploop.reducer.messages import AssistantMessage
+from steploop.reducer.state import LoopState
+from steploop.reducer.transitions import Completed
 from tests.reducer.test_explore import cc_report, ci_report
 
 Step = tuple[LoopState, Any, tuple[Any, ...], LoopState, Any]

@@ -8,9 +8,17 @@ from typing import Any
 
 import pytest
 
-from reducer import LoopConfig, claude_code_2_1_88, default, full
-from reducer.effects import CallModel, Compact, Emit, Finish, RunStopHooks, TaskBudget, Wait
-from reducer.events import (
+from steploop.reducer import LoopConfig, claude_code_2_1_88, default, full
+from steploop.reducer.effects import (
+    CallModel,
+    Compact,
+    Emit,
+    Finish,
+    RunStopHooks,
+    TaskBudget,
+    Wait,
+)
+from steploop.reducer.events import (
     CompactionFinished,
     Interrupted,
     ModelBlockReceived,
@@ -19,7 +27,7 @@ from reducer.events import (
     PermissionAnswered,
     WaitElapsed,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     OpaqueBlock,
@@ -29,10 +37,10 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.serialize import structure, unstructure
-from reducer.state import LoopState
-from reducer.texts import INTERRUPTED_TOOL_RESULT, REJECTED_RESULT, error_category
-from reducer.transitions import Completed
+from steploop.reducer.serialize import structure, unstructure
+from steploop.reducer.state import LoopState
+from steploop.reducer.texts import INTERRUPTED_TOOL_RESULT, REJECTED_RESULT, error_category
+from steploop.reducer.transitions import Completed
 from tests.reducer.driver import UNSAFE, Driver, usage
 
 SEARCH_USE = '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"q":"x"}}'

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from reducer import default
-from reducer.graph import Edge, mermaid, phase_edges, static_edges
-from reducer.machine import (
+from steploop.reducer import default
+from steploop.reducer.graph import Edge, mermaid, phase_edges, static_edges
+from steploop.reducer.machine import (
     ATTEMPT,
     ESCALATED,
     KEPT_OR_CLEARED,
@@ -22,7 +22,7 @@ from reducer.machine import (
     TABLE,
     TOOL_ROUND_END,
 )
-from reducer.transitions import (
+from steploop.reducer.transitions import (
     CONTINUE_TYPES,
     TERMINAL_TYPES,
     CollapseDrainRetry,
@@ -80,14 +80,14 @@ def test_readme_shows_the_current_diagram(diagram: str) -> None:
 
 def test_graph_command_prints_it(diagram: str) -> None:
     """`steploop graph --fenced` prints the fenced diagram."""
-    from effects.cli import main
+    from steploop.effects.cli import main
 
     out = io.StringIO()
     assert main(["graph", "--fenced"], out=out) == 0
     assert out.getvalue() == "```mermaid\n" + diagram + "```\n"
 
 
-# --- the static machine: the tables of reducer/machine.py --------------------------------------
+# --- the static machine: the tables of steploop/reducer/machine.py --------------------------------------
 
 
 @pytest.mark.spec("M-2", "R-ORDER-1")
@@ -193,7 +193,7 @@ def test_the_reset_table_is_the_one_in_the_specs() -> None:
 
 
 def test_graph_command_draws_the_static_machine() -> None:
-    from effects.cli import main
+    from steploop.effects.cli import main
 
     out = io.StringIO()
     assert main(["graph", "--static"], out=out) == 0

@@ -8,8 +8,8 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import LoopConfig, claude_code_2_1_88, default
-from reducer.effects import (
+from steploop.reducer import LoopConfig, claude_code_2_1_88, default
+from steploop.reducer.effects import (
     CallModel,
     CancelTools,
     Compact,
@@ -19,7 +19,7 @@ from reducer.effects import (
     RunStopHooks,
     StartTool,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFailed,
     CompactionFinished,
     Interrupted,
@@ -30,7 +30,7 @@ from reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -40,7 +40,7 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.transitions import (
+from steploop.reducer.transitions import (
     AbortedStreaming,
     AbortedTools,
     BlockingLimit,

@@ -9,11 +9,19 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import Conversation, Gates, LoopConfig, RetryPolicy, Session, default, full
-from reducer.config import Compat
-from reducer.effects import CallModel, CancelTools, Compact, Emit, Finish, RunStopHooks, Wait
-from reducer.errors import IllegalEvent
-from reducer.events import (
+from steploop.reducer import Conversation, Gates, LoopConfig, RetryPolicy, Session, default, full
+from steploop.reducer.config import Compat
+from steploop.reducer.effects import (
+    CallModel,
+    CancelTools,
+    Compact,
+    Emit,
+    Finish,
+    RunStopHooks,
+    Wait,
+)
+from steploop.reducer.errors import IllegalEvent
+from steploop.reducer.events import (
     CompactionFinished,
     Interrupted,
     ModelCallFailed,
@@ -22,7 +30,7 @@ from reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     Message,
     RedactedThinkingBlock,
@@ -34,8 +42,8 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.texts import INTERRUPTED_TOOL_RESULT  # the executor is on: I-2
-from reducer.transitions import (
+from steploop.reducer.texts import INTERRUPTED_TOOL_RESULT  # the executor is on: I-2
+from steploop.reducer.transitions import (
     BlockingLimit,
     CollapseDrainRetry,
     Completed,
@@ -745,7 +753,7 @@ def test_an_event_of_the_current_call_after_its_stream_is_a_driver_error() -> No
 def test_max_turns_allows_exactly_that_many_rounds(limit: int) -> None:
     """max_turns=N: N tool rounds run, the N-th round's end is MaxTurns(turn_count=N+1)."""
     # kills: `next_count <= cfg.max_turns` turned into `<` (the turn would end a round early)
-    from reducer.transitions import MaxTurns, NextTurn
+    from steploop.reducer.transitions import MaxTurns, NextTurn
 
     d = Driver(default(max_turns=limit))
     passed: list[Any] = []
@@ -791,7 +799,7 @@ def test_an_unknown_failure_is_categorised_by_the_apis_words(message: str, categ
 def test_snip_and_collapse_leave_a_conversation_under_their_threshold_alone() -> None:
     """Called with a count under the threshold, snip and collapse change nothing and free 0."""
     # kills: the early returns' 0 moved by one (the machine checks the threshold before calling)
-    from reducer.context import collapse, snip
+    from steploop.reducer.context import collapse, snip
 
     d = Driver(default())
     for i in range(3):

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import (
+from steploop.reducer import (
     Compat,
     Conversation,
     Gates,
@@ -23,8 +23,8 @@ from reducer import (
     claude_code_2_1_88,
     default,
 )
-from reducer.context import CLEARED_RESULT, collapse, microcompact, snip
-from reducer.effects import (
+from steploop.reducer.context import CLEARED_RESULT, collapse, microcompact, snip
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     Compact,
@@ -35,7 +35,7 @@ from reducer.effects import (
     TaskBudget,
     Wait,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFailed,
     CompactionFinished,
     Interrupted,
@@ -46,8 +46,8 @@ from reducer.events import (
     ToolUseSummaryReady,
     WaitElapsed,
 )
-from reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS, _count
-from reducer.messages import (
+from steploop.reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS, _count
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     ErrorInfo,
@@ -61,8 +61,8 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.protocol import awaiting
-from reducer.transitions import (
+from steploop.reducer.protocol import awaiting
+from steploop.reducer.transitions import (
     BlockingLimit,
     Completed,
     HookStopped,

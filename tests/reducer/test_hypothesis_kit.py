@@ -1,4 +1,4 @@
-"""The public Hypothesis kit (reducer/testing): strategies, LoopMachine, settings profiles."""
+"""The public Hypothesis kit (steploop/reducer/testing): strategies, LoopMachine, settings profiles."""
 
 from __future__ import annotations
 
@@ -12,10 +12,18 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, run_state_machine_as_test
 
-from reducer import IllegalEvent, LoopConfig, Request, claude_code_2_1_88, default, start, step
-from reducer.effects import CallModel
-from reducer.explore import DEEP_WORLD, Invariant, Observation, Verdict
-from reducer.testing import (
+from steploop.reducer import (
+    IllegalEvent,
+    LoopConfig,
+    Request,
+    claude_code_2_1_88,
+    default,
+    start,
+    step,
+)
+from steploop.reducer.effects import CallModel
+from steploop.reducer.explore import DEEP_WORLD, Invariant, Observation, Verdict
+from steploop.reducer.testing import (
     CI_PROFILE,
     SLOW_PROFILE,
     InvariantViolation,
@@ -152,7 +160,7 @@ def test_strategies_draw_only_events_step_accepts(
 
 
 def _interrupt() -> Any:
-    from reducer.events import Interrupted
+    from steploop.reducer.events import Interrupted
 
     return Interrupted(kind="hard")
 
@@ -174,9 +182,9 @@ def test_settings_profiles_are_registered() -> None:
 
 def test_importing_reducer_does_not_import_hypothesis() -> None:
     code = (
-        "import sys, reducer, reducer.explore, reducer.testing\n"
+        "import sys, steploop.reducer, steploop.reducer.explore, steploop.reducer.testing\n"
         "assert 'hypothesis' not in sys.modules, 'hypothesis imported'\n"
-        "reducer.testing.configs\n"
+        "steploop.reducer.testing.configs\n"
         "assert 'hypothesis' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=_root())
@@ -189,8 +197,8 @@ def _root() -> str:
 
 
 def test_the_docstring_example_runs() -> None:
-    """The worked example in reducer/testing's docstring (the README shows it too)."""
-    import reducer.testing as kit
+    """The worked example in steploop/reducer/testing's docstring (the README shows it too)."""
+    import steploop.reducer.testing as kit
 
     doc = kit.__doc__ or ""
     block = doc.split("subclassing ``LoopMachine``::", 1)[1].split("\nA rule with a monitor", 1)[0]

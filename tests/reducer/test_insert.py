@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from reducer import IllegalEvent, claude_code_2_1_88, default, step
-from reducer.conversation import Conversation
-from reducer.effects import CallModel, CancelModelCall, Compact, Emit
-from reducer.events import MessagesInserted
-from reducer.messages import AssistantMessage, AttachmentMessage, TextBlock, Usage, UserMessage
-from reducer.state import Session
+from steploop.reducer import IllegalEvent, claude_code_2_1_88, default, step
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import CallModel, CancelModelCall, Compact, Emit
+from steploop.reducer.events import MessagesInserted
+from steploop.reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    TextBlock,
+    Usage,
+    UserMessage,
+)
+from steploop.reducer.state import Session
 from tests.reducer.driver import SAFE, Driver
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from reducer import IllegalEvent, LoopConfig, default
-from reducer.config import Gates
-from reducer.effects import (
+from steploop.reducer import IllegalEvent, LoopConfig, default
+from steploop.reducer.config import Gates
+from steploop.reducer.effects import (
     CallModel,
     CancelCompaction,
     CancelModelCall,
@@ -22,8 +22,8 @@ from reducer.effects import (
     RunStopHooks,
     Wait,
 )
-from reducer.events import Interrupted, ModelCallFailed, ToolTraits
-from reducer.messages import (
+from steploop.reducer.events import Interrupted, ModelCallFailed, ToolTraits
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     TextBlock,
@@ -31,8 +31,8 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.texts import INTERRUPTED_TOOL_RESULT
-from reducer.transitions import AbortedStreaming, AbortedTools, StopHookPrevented
+from steploop.reducer.texts import INTERRUPTED_TOOL_RESULT
+from steploop.reducer.transitions import AbortedStreaming, AbortedTools, StopHookPrevented
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 HARD = "[Request interrupted by user]"

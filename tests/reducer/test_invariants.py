@@ -13,9 +13,9 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import LoopConfig, LoopState, default
-from reducer.conversation import Conversation
-from reducer.effects import (
+from steploop.reducer import LoopConfig, LoopState, default
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     Compact,
@@ -24,7 +24,7 @@ from reducer.effects import (
     RunStopHooks,
     StartTool,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFailed,
     CompactionFinished,
     Event,
@@ -36,7 +36,7 @@ from reducer.events import (
     StopHooksFinished,
     WaitElapsed,
 )
-from reducer.explore import (
+from steploop.reducer.explore import (
     AutoCompactBreaker,
     DrainOnce,
     EscalateOnce,
@@ -55,10 +55,10 @@ from reducer.explore import (
     catalogue,
     explore,
 )
-from reducer.explore.cycles import _Analysis
-from reducer.explore.state_graph import _Graph
-from reducer.machine import MOT_NUDGE, advance
-from reducer.messages import (
+from steploop.reducer.explore.cycles import _Analysis
+from steploop.reducer.explore.state_graph import _Graph
+from steploop.reducer.machine import MOT_NUDGE, advance
+from steploop.reducer.messages import (
     AssistantMessage,
     ErrorInfo,
     TextBlock,
@@ -66,8 +66,8 @@ from reducer.messages import (
     ToolUseBlock,
     UserMessage,
 )
-from reducer.state import Request, Session
-from reducer.transitions import (
+from steploop.reducer.state import Request, Session
+from steploop.reducer.transitions import (
     CollapseDrainRetry,
     Completed,
     MaxOutputTokensEscalate,
@@ -427,7 +427,7 @@ def test_withheld_errors_fire_when_emitted_early() -> None:
 
 
 def _usage() -> Any:
-    from reducer.messages import Usage
+    from steploop.reducer.messages import Usage
 
     return Usage(input_tokens=10, output_tokens=10)
 
@@ -529,9 +529,9 @@ def test_a_machine_that_accepts_events_after_finish_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The explorer probes every terminal state with an interrupt."""
-    import reducer.explore.search as explore_module
+    import steploop.reducer.explore.search as explore_module
 
-    real = advance  # the machine's advance(), which reducer.explore.search imports and calls
+    real = advance  # the machine's advance(), which steploop.reducer.explore.search imports and calls
     assert vars(explore_module)["advance"] is real
 
     def lax(state: Any, event: Any, config: Any) -> Any:
@@ -569,7 +569,7 @@ def test_progress_free_cycle_analysis_on_a_hand_made_graph() -> None:
     """0 → 1 → 2 → 1 where 2 → 1 answers a model call and nothing is progress: a lasso
     through 1 and 2; with 1 → 2 a progress step the cycle is harmless and the longest
     progress-free path is counted in model answers."""
-    from reducer.explore import World
+    from steploop.reducer.explore import World
 
     spin = _graph({0: [(1, "a", 1, 0)], 1: [(2, "b", 0, 0)], 2: [(1, "c", 1, 0)]})
     a = _Analysis(spin, CFG, World(), None)

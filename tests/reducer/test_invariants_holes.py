@@ -10,10 +10,10 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import Gates, LoopConfig, default
-from reducer.effects import Emit
-from reducer.events import Event, ModelCallFailed, StopHooksFinished, ToolFinished
-from reducer.explore import (
+from steploop.reducer import Gates, LoopConfig, default
+from steploop.reducer.effects import Emit
+from steploop.reducer.events import Event, ModelCallFailed, StopHooksFinished, ToolFinished
+from steploop.reducer.explore import (
     FinalResponseCommitted,
     Invariant,
     MessageIdsFromTheCounter,
@@ -21,10 +21,10 @@ from reducer.explore import (
     ResultsNeverReplaced,
     catalogue,
 )
-from reducer.machine import advance
-from reducer.messages import SystemMessage, TextBlock, ToolResultBlock, Usage, UserMessage
-from reducer.state import Request
-from reducer.transitions import StopHookPrevented
+from steploop.reducer.machine import advance
+from steploop.reducer.messages import SystemMessage, TextBlock, ToolResultBlock, Usage, UserMessage
+from steploop.reducer.state import Request
+from steploop.reducer.transitions import StopHookPrevented
 from tests.reducer.driver import SAFE, Driver
 from tests.reducer.test_explore import ci_report
 

@@ -64,11 +64,11 @@ def test_the_scope_and_the_guard_functions(all_mutants: list[mu.Mutant]) -> None
     every config/state function in scope is a guard function, and so are the machine's
     functions that cite a guard or transition rule."""
     files = {m.file for m in all_mutants}
-    assert files == {"reducer/machine.py", "reducer/context.py", "reducer/config.py", "reducer/state.py"}
+    assert files == {"steploop/reducer/machine.py", "steploop/reducer/context.py", "steploop/reducer/config.py", "steploop/reducer/state.py"}
     guards = {(m.file, m.function) for m in all_mutants if m.guard}
-    assert all(m.guard for m in all_mutants if m.file in ("reducer/config.py", "reducer/state.py"))
-    assert {fn for f, fn in guards if f == "reducer/config.py"} >= {"RetryPolicy.delay_ms", "full"}
-    machine = {fn for f, fn in guards if f == "reducer/machine.py"}
+    assert all(m.guard for m in all_mutants if m.file in ("steploop/reducer/config.py", "steploop/reducer/state.py"))
+    assert {fn for f, fn in guards if f == "steploop/reducer/config.py"} >= {"RetryPolicy.delay_ms", "full"}
+    machine = {fn for f, fn in guards if f == "steploop/reducer/machine.py"}
     # the no-tool-use path is the ladder ROUND_END: its rungs hold what _no_tool_use held
     assert {"_prompt_too_long", "_mot_ladder", "_token_budget", "_continue", "_interrupt"} <= machine
     assert "_msg_id" not in machine  # no rule cited: in the population, not a guard function

@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from reducer import Conversation, default
-from reducer.canonical import (
+from steploop.reducer import Conversation, default
+from steploop.reducer.canonical import (
     canonical_bytes,
     canonical_bytes_reference,
     data_problem,
     state_digest,
 )
-from reducer.config import Gates
-from reducer.context import collapse
-from reducer.effects import Compact
-from reducer.events import CompactionFinished
-from reducer.messages import (
+from steploop.reducer.config import Gates
+from steploop.reducer.context import collapse
+from steploop.reducer.effects import Compact
+from steploop.reducer.events import CompactionFinished
+from steploop.reducer.messages import (
     AssistantMessage,
     ImageBlock,
     Message,
@@ -31,7 +31,7 @@ from reducer.messages import (
 )
 from tests.reducer.driver import Driver
 
-# --- a compaction result carrying origin="collapse" (reducer/context.py) ----------------------
+# --- a compaction result carrying origin="collapse" (steploop/reducer/context.py) ----------------------
 
 FOREIGN_STUBS = [
     pytest.param((), id="no-content"),
@@ -130,7 +130,7 @@ def test_step_survives_a_compaction_result_with_collapse_origin(content: tuple[A
     )
 
 
-# --- lone surrogates and deep values in the canonical encoding (reducer/canonical.py) ---------
+# --- lone surrogates and deep values in the canonical encoding (steploop/reducer/canonical.py) ---------
 
 
 @pytest.mark.spec("B-TEXT-1", "R-COST-2")

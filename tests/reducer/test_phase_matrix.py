@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from attrs import evolve
 
-from reducer import (
+from steploop.reducer import (
     PHASES,
     TABLE,
     IllegalEvent,
@@ -31,8 +31,8 @@ from reducer import (
     start,
     step,
 )
-from reducer.effects import Effect, Finish
-from reducer.events import (
+from steploop.reducer.effects import Effect, Finish
+from steploop.reducer.events import (
     CommandQueued,
     CompactionFailed,
     CompactionFinished,
@@ -49,9 +49,9 @@ from reducer.events import (
     ToolUseSummaryReady,
     WaitElapsed,
 )
-from reducer.messages import SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
-from reducer.state import LoopState, Phase
-from reducer.transitions import (
+from steploop.reducer.messages import SystemMessage, TextBlock, ToolUseBlock, Usage, UserMessage
+from steploop.reducer.state import LoopState, Phase
+from steploop.reducer.transitions import (
     AbortedStreaming,
     AbortedTools,
     StopHookPrevented,

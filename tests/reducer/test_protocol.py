@@ -1,4 +1,4 @@
-"""The world protocol (reducer/protocol.py): requests, answers, cancels, what a state waits for."""
+"""The world protocol (steploop/reducer/protocol.py): requests, answers, cancels, what a state waits for."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from effects.trace import StepRecord, TraceHeader, TraceReader
-from reducer import IllegalEvent, Request, default, step
-from reducer.effects import (
+from steploop.effects.trace import StepRecord, TraceHeader, TraceReader
+from steploop.reducer import IllegalEvent, Request, default, step
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     CancelModelCall,
@@ -23,7 +23,7 @@ from reducer.effects import (
     SummarizeToolUse,
     Wait,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CommandQueued,
     CompactionFailed,
     Event,
@@ -39,10 +39,10 @@ from reducer.events import (
     ToolUseSummaryReady,
     WaitElapsed,
 )
-from reducer.explore import World, moves
-from reducer.machine import advance, begin
-from reducer.messages import TextBlock, ToolUseSummary, Usage
-from reducer.protocol import (
+from steploop.reducer.explore import World, moves
+from steploop.reducer.machine import advance, begin
+from steploop.reducer.messages import TextBlock, ToolUseSummary, Usage
+from steploop.reducer.protocol import (
     REQUESTS,
     UNASKED,
     Ledger,

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import (
+from steploop.reducer import (
     ConfigError,
     Gates,
     LoopConfig,
@@ -16,8 +16,8 @@ from reducer import (
     default,
     full,
 )
-from reducer.config import Compat
-from reducer.effects import (
+from steploop.reducer.config import Compat
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     CancelTools,
@@ -27,14 +27,14 @@ from reducer.effects import (
     RunStopHooks,
     SummarizeToolUse,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFailed,
     Interrupted,
     ModelCallFailed,
     StopHooksFinished,
     ToolUseSummaryReady,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     SystemMessage,
@@ -45,7 +45,7 @@ from reducer.messages import (
     ToolUseSummary,
     UserMessage,
 )
-from reducer.transitions import (
+from steploop.reducer.transitions import (
     AbortedStreaming,
     BlockingLimit,
     HookStopped,

@@ -1,17 +1,17 @@
-"""The fast evolve of reducer/_replace.py: same result as attrs.evolve, same errors."""
+"""The fast evolve of steploop/reducer/_replace.py: same result as attrs.evolve, same errors."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
-from reducer import default
-from reducer._replace import evolve
-from reducer.config import Gates
-from reducer.errors import ConfigError
-from reducer.events import ToolTraits
-from reducer.messages import TextBlock, UserMessage
-from reducer.state import Ids, LoopState, Round, Slot
+from steploop.reducer import default
+from steploop.reducer._replace import evolve
+from steploop.reducer.config import Gates
+from steploop.reducer.errors import ConfigError
+from steploop.reducer.events import ToolTraits
+from steploop.reducer.messages import TextBlock, UserMessage
+from steploop.reducer.state import Ids, LoopState, Round, Slot
 from tests.reducer.driver import Driver
 
 

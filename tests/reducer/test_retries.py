@@ -7,8 +7,8 @@ from typing import Any
 import attrs
 import pytest
 
-from reducer import LoopConfig, RetryPolicy, claude_code_2_1_88, default
-from reducer.effects import (
+from steploop.reducer import LoopConfig, RetryPolicy, claude_code_2_1_88, default
+from steploop.reducer.effects import (
     CallModel,
     CancelTools,
     Compact,
@@ -18,12 +18,12 @@ from reducer.effects import (
     StartTool,
     Wait,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     ModelBlockReceived,
     ModelCallFailed,
     WaitElapsed,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     RedactedThinkingBlock,
     SystemMessage,
@@ -34,7 +34,7 @@ from reducer.messages import (
     ToolUseBlock,
     UserMessage,
 )
-from reducer.transitions import Completed, MaxOutputTokensEscalate, NextTurn
+from steploop.reducer.transitions import Completed, MaxOutputTokensEscalate, NextTurn
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 MODEL = "claude-sonnet-4-5"

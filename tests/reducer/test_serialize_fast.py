@@ -1,4 +1,4 @@
-"""The serializer's fast path is a partial function of the converter (reducer/serialize.py).
+"""The serializer's fast path is a partial function of the converter (steploop/reducer/serialize.py).
 
 For every value it takes it returns exactly what the cattrs converter returns; everything else
 (other shapes, coercible scalars, unknown tags, validator failures) goes to the converter, so
@@ -19,20 +19,20 @@ import attrs
 import pytest
 
 from benchmarks.replay_throughput import build_synthetic
-from effects.trace import StepRecord, TraceHeader, TraceReader
-from effects.trace.replay import _Walk
-from reducer import LoopConfig, Session, default
-from reducer.events import Event, ModelCallFailed
-from reducer.messages import AttachmentMessage, Message, TextBlock, Usage
-from reducer.serialize import (
+from steploop.effects.trace import StepRecord, TraceHeader, TraceReader
+from steploop.effects.trace.replay import _Walk
+from steploop.reducer import LoopConfig, Session, default
+from steploop.reducer.events import Event, ModelCallFailed
+from steploop.reducer.messages import AttachmentMessage, Message, TextBlock, Usage
+from steploop.reducer.serialize import (
     SerializationError,
     converter,
     fast_structurer,
     structure,
     unstructure,
 )
-from reducer.state import Ids
-from reducer.transitions import Terminal, Transition
+from steploop.reducer.state import Ids
+from steploop.reducer.transitions import Terminal, Transition
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "specs" / "scenarios"
 _SENTINELS: tuple[Any, ...] = ("5", 5, 0, True, False, None, 5.0, [], {}, ["x"], {"type": "text"})

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from reducer import default
-from reducer.effects import CancelTools, PersistToolResult, RunStopHooks
-from reducer.events import StopHooksFinished, ToolTraits
-from reducer.messages import Usage
-from reducer.transitions import Completed, TokenBudgetContinuation
+from steploop.reducer import default
+from steploop.reducer.effects import CancelTools, PersistToolResult, RunStopHooks
+from steploop.reducer.events import StopHooksFinished, ToolTraits
+from steploop.reducer.messages import Usage
+from steploop.reducer.transitions import Completed, TokenBudgetContinuation
 from tests.reducer.driver import BASH, SAFE, Driver
 
 
@@ -85,7 +85,7 @@ def test_budget_stops_on_diminishing_returns() -> None:
 @pytest.mark.spec("R-SESSION-1", "R-RETRY-2")
 def test_next_turn_uses_its_own_config_model_unless_on_fallback() -> None:
     """A session carries the fallback model, not a model the new config replaced."""
-    from reducer import Request, start
+    from steploop.reducer import Request, start
 
     d = Driver(default(model="model-a"))
     d.reply("hi")

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from reducer import IllegalEvent, default
-from reducer.config import Gates
-from reducer.effects import (
+from steploop.reducer import IllegalEvent, default
+from steploop.reducer.config import Gates
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     CancelModelCall,
@@ -20,7 +20,7 @@ from reducer.effects import (
     StartTool,
     Wait,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CompactionFinished,
     ModelCallFailed,
     PermissionAnswered,
@@ -28,15 +28,15 @@ from reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     UserMessage,
 )
-from reducer.texts import INTERRUPTED_TOOL_RESULT
-from reducer.transitions import AbortedStreaming, AbortedTools
+from steploop.reducer.texts import INTERRUPTED_TOOL_RESULT
+from steploop.reducer.transitions import AbortedStreaming, AbortedTools
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 SAFE_BASH = ToolTraits(concurrency_safe=True, interrupt="cancel", cancels_siblings_on_error=True)
@@ -393,7 +393,7 @@ def test_never_created_call_raises_outside_tool_phases() -> None:
 @pytest.mark.spec("R-TOOL-8")
 def test_late_result_in_compacting_phase_is_noop() -> None:
     """A late result of the previous round arriving while compacting is a no-op."""
-    from reducer.messages import Usage
+    from steploop.reducer.messages import Usage
 
     d = Driver(
         default(context_window=50_000, gates=Gates(history_snip=False, context_collapse=False))

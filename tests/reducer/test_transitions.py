@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from attrs import evolve
 
-from reducer import LoopConfig, Request, Session, claude_code_2_1_88, default, start, step
-from reducer.context import segments
-from reducer.conversation import Conversation, estimate_message
-from reducer.effects import (
+from steploop.reducer import LoopConfig, Request, Session, claude_code_2_1_88, default, start, step
+from steploop.reducer.context import segments
+from steploop.reducer.conversation import Conversation, estimate_message
+from steploop.reducer.effects import (
     AcknowledgeCommands,
     AskPermission,
     CallModel,
@@ -30,7 +30,7 @@ from reducer.effects import (
     StartTool,
     TaskBudget,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     CommandQueued,
     CompactionFailed,
     CompactionFinished,
@@ -43,7 +43,7 @@ from reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
     ErrorInfo,
@@ -55,9 +55,9 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.state import AutoCompactTracking, BudgetTracker, Ids, LoopState, Round, Slot
-from reducer.texts import INTERRUPTED_TOOL_RESULT
-from reducer.transitions import (
+from steploop.reducer.state import AutoCompactTracking, BudgetTracker, Ids, LoopState, Round, Slot
+from steploop.reducer.texts import INTERRUPTED_TOOL_RESULT
+from steploop.reducer.transitions import (
     CONTINUE_TYPES,
     AbortedStreaming,
     AbortedTools,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from reducer import default, start, step
-from reducer.conversation import Conversation
-from reducer.effects import (
+from steploop.reducer import default, start, step
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     Effect,
@@ -24,7 +24,7 @@ from reducer.effects import (
     StartTool,
     SummarizeToolUse,
 )
-from reducer.events import (
+from steploop.reducer.events import (
     ModelBlockReceived,
     ModelResponseEnded,
     PermissionAnswered,
@@ -33,7 +33,7 @@ from reducer.events import (
     ToolTraits,
     ToolUseSummaryReady,
 )
-from reducer.messages import (
+from steploop.reducer.messages import (
     AssistantMessage,
     Message,
     TextBlock,
@@ -43,8 +43,8 @@ from reducer.messages import (
     Usage,
     UserMessage,
 )
-from reducer.state import LoopState, Phase, Request
-from reducer.transitions import Completed, NextTurn
+from steploop.reducer.state import LoopState, Phase, Request
+from steploop.reducer.transitions import Completed, NextTurn
 
 MODEL = "claude-sonnet-4-5"
 PROMPT = "Fix the null pointer bug in src/auth/validate.ts"

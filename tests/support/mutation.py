@@ -73,10 +73,10 @@ CONFIG_GUARDS = (
 STATE_GUARDS = ("LoopState.session",)
 
 SCOPE: tuple[Target, ...] = (
-    Target("reducer/machine.py"),
-    Target("reducer/context.py"),
-    Target("reducer/config.py", CONFIG_GUARDS),
-    Target("reducer/state.py", STATE_GUARDS),
+    Target("steploop/reducer/machine.py"),
+    Target("steploop/reducer/context.py"),
+    Target("steploop/reducer/config.py", CONFIG_GUARDS),
+    Target("steploop/reducer/state.py", STATE_GUARDS),
 )
 
 # A function of machine.py or context.py is a *guard function* when its code cites a
@@ -620,11 +620,11 @@ def _prepare_parent() -> None:
     for name in (
         "pytest",
         "reducer",
-        "reducer.machine",
-        "reducer.context",
-        "reducer.config",
-        "reducer.state",
-        "reducer.testing",
+        "steploop.reducer.machine",
+        "steploop.reducer.context",
+        "steploop.reducer.config",
+        "steploop.reducer.state",
+        "steploop.reducer.testing",
         "effects",
     ):
         importlib.import_module(name)

@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from effects.tools import ToolContext, ToolOutput, ToolRegistry
-from reducer.events import InterruptBehavior
+from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
+from steploop.reducer.events import InterruptBehavior
 
 __all__ = ["LoggedTool", "activities_for", "main"]
 
@@ -73,8 +73,8 @@ def registry(log: Path) -> ToolRegistry:
 
 
 def activities_for(directory: Path, script: Sequence[Any], **kwargs: Any) -> Any:
-    from effects.scripted import ScriptedModel
-    from effects.temporal.activities import ByCallId, Ledger, SteploopActivities
+    from steploop.effects.scripted import ScriptedModel
+    from steploop.effects.temporal.activities import ByCallId, Ledger, SteploopActivities
 
     tools = registry(directory / "runs.log")
     model = ByCallId(ScriptedModel.from_json(list(script), traits_for=tools.traits))
@@ -88,7 +88,7 @@ def activities_for(directory: Path, script: Sequence[Any], **kwargs: Any) -> Any
 
 
 async def _serve(address: str, task_queue: str, directory: Path, die_after: str | None) -> None:
-    from effects.temporal.client import connect, worker
+    from steploop.effects.temporal.client import connect, worker
 
     acts = activities_for(directory, json.loads((directory / "script.json").read_text()))
     if die_after is not None:

@@ -337,7 +337,7 @@ class Outcome:
 def judge(argv: list[str]) -> Outcome:
     """``steploop ARGV`` in-process: exit status, stderr, and any exception that escaped main
     (what a user sees as a traceback)."""
-    from effects.cli import main
+    from steploop.effects.cli import main
 
     # strict UTF-8 like a terminal's stdout (a StringIO would take a lone surrogate);
     # stderr with backslashreplace, as Python's own

@@ -1,0 +1,382 @@
+"""Driving a live turn from the command line (``steploop run``, ``demo`` and ``resume``).
+
+What is shared by the commands that run the loop: the one-line display of every emitted item
+and transition, answering permission requests (on a terminal, or refusing with a hint when
+there is none), the permission policy of ``--permission-mode``/``--yes``/``--allow``, the stop
+hooks of ``--stop-hook``/``--settings``/``--plugin`` and of the workspace's ``.claude/``
+settings, and the result line with its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from steploop.effects.cli_common import CliError, console_for, exit_code
+from steploop.effects.hooks import (
+    DEFAULT_TIMEOUT_S,
+    PERMISSION_MODES,
+    CommandStopHook,
+    HookRun,
+    PermissionMode,
+    StopHook,
+    StopHooks,
+)
+from steploop.effects.run import PermissionPolicy, PermissionRequest, Run, RunResult
+from steploop.effects.settings import SettingsError, load_settings, project_settings_files
+from steploop.reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    SystemMessage,
+    TextBlock,
+    ThinkingBlock,
+    Tombstone,
+    ToolResultBlock,
+    ToolUseBlock,
+    ToolUseSummary,
+    UserMessage,
+)
+from steploop.reducer.transitions import CONTINUE_TYPES
+
+__all__ = [
+    "EXIT_MEANINGS",
+    "READ_ONLY_TOOLS",
+    "Display",
+    "PermissionAsker",
+    "add_permission_args",
+    "add_stop_hook_args",
+    "describe",
+    "drive",
+    "permission_setup",
+    "print_result",
+    "stop_hooks_from_args",
+]
+
+#: Tools that run without asking in the default mode (they only read).
+READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep"})
+EDIT_TOOLS = frozenset({"Edit", "Write"})
+
+EXIT_MEANINGS = {
+    0: "completed",
+    1: "steploop failed",
+    3: "API error",
+    4: "context limit",
+    5: "aborted",
+    6: "stopped by a hook",
+    7: "max turns",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Display
+
+
+def _short(text: str, n: int = 100) -> str:
+    line = text.replace("\n", "⏎ ")
+    return line if len(line) <= n else line[: n - 1] + "…"
+
+
+def describe(item: object) -> str:
+    """One line for an item the loop emitted."""
+    if isinstance(item, UserMessage):
+        parts = []
+        results = False
+        for b in item.content:
+            if isinstance(b, ToolResultBlock):
+                results = True
+                lines = b.content.count("\n") + 1
+                mark = "error" if b.is_error else f"{lines} line{'s' if lines != 1 else ''}"
+                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {_short(b.content, 60)}")
+            elif isinstance(b, TextBlock):
+                parts.append(_short(b.text))
+        if results:
+            return "  " + " | ".join(parts)
+        who = "user (meta)" if item.is_meta else "user"
+        return f"{who}: {' | '.join(parts)}"
+    if isinstance(item, AssistantMessage):
+        first = item.content[0] if item.content else None
+        if item.api_error is not None:
+            return f"assistant (API error): {_short(item.api_error.message)}"
+        if isinstance(first, TextBlock):
+            return f"assistant: {_short(first.text)}"
+        if isinstance(first, ToolUseBlock):
+            args = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in first.input.items())
+            return f"assistant → {first.name}({args})"
+        if isinstance(first, ThinkingBlock):
+            return f"assistant (thinking): {_short(first.thinking)}"
+        return "assistant: (block)"
+    if isinstance(item, SystemMessage):
+        return f"system [{item.subtype}]: {_short(item.text)}"
+    if isinstance(item, AttachmentMessage):
+        data = ", ".join(f"{k}={v}" for k, v in item.data)
+        return f"attachment [{item.attachment_type}] {data}"
+    if isinstance(item, Tombstone):
+        return f"tombstone: remove {item.message_id}"
+    if isinstance(item, ToolUseSummary):
+        return f"summary: {_short(item.summary)}"
+    return repr(item)
+
+
+def _payload(t: object) -> str:
+    fields = {k: getattr(t, k) for k in ("attempt", "committed", "turn_count") if hasattr(t, k)}
+    error = getattr(t, "error", None)
+    if error is not None and hasattr(error, "message"):
+        fields["error"] = error.message
+    return " (" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")" if fields else ""
+
+
+def _style(item: object) -> str:
+    if isinstance(item, AssistantMessage):
+        return "bold red" if item.api_error is not None else ""
+    if isinstance(item, SystemMessage):
+        return "yellow" if item.level == "warning" else "dim"
+    if isinstance(item, UserMessage) and item.is_meta:
+        return "dim"
+    return ""
+
+
+class Display:
+    """Prints items and, after each, the transition the machine took (if it changed)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.console = console_for(out)
+        self._shown = 0  # how many of the run's transitions are printed
+        self._round = 1
+
+    def line(self, text: str, style: str = "") -> None:
+        from rich.text import Text
+
+        self.console.print(Text(text, style=style))
+        self.out.flush()
+
+    def item(self, r: Run, text: str, style: str = "") -> None:
+        self.line(f"  {text}", style)
+        self.transition(r)
+
+    def transition(self, r: Run) -> None:
+        passed = r.transitions  # every transition the run passed through, in order
+        for t in passed[self._shown :]:
+            if isinstance(t, CONTINUE_TYPES):
+                self._round += 1
+                self.line(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", "cyan")
+            else:
+                ok = t.TAG == "completed"
+                self.line(f"══ terminal: {t.TAG}{_payload(t)}", "bold green" if ok else "bold red")
+        self._shown = len(passed)
+
+    def hook_report(self, hooks_id: int, runs: tuple[HookRun, ...]) -> None:
+        """Show what the stop hooks said to the user (``systemMessage``, ``stopReason``)."""
+        for run in runs:
+            if run.result.system_message:
+                self.line(f"  hook [{run.name}]: {run.result.system_message}", "magenta")
+            if run.result.prevent and run.result.stop_reason:
+                self.line(f"  hook [{run.name}] stopped the turn: {run.result.stop_reason}", "magenta")
+
+
+# ----------------------------------------------------------------------------------------------
+# Permissions
+
+
+class PermissionAsker:
+    """Answers permission requests the policy left open: on a terminal by asking; without one
+    by refusing (``None``), which ends the turn with a one-line hint on stderr."""
+
+    def __init__(self, interactive: bool | None = None, err: TextIO | None = None) -> None:
+        self.interactive = sys.stdin.isatty() if interactive is None else interactive
+        self.err = err
+        self.refused: str | None = None  # the hint printed, once
+
+    def __call__(self, req: PermissionRequest) -> bool | None:
+        if not self.interactive:
+            return None
+        try:
+            answer = input(f"Allow {req.name}({_short(json.dumps(dict(req.input)), 200)})? [y/N] ")
+        except EOFError:
+            return None
+        return answer.strip().lower() in ("y", "yes")
+
+    def refuse(self, req: PermissionRequest) -> None:
+        if self.refused is None:
+            self.refused = (
+                f"steploop: error: {req.name} needs permission and there is no terminal to ask: "
+                f"pass --yes to allow every tool call, or --allow {req.name} (repeatable), "
+                "or --permission-mode acceptEdits"
+            )
+            print(self.refused, file=self.err or sys.stderr, flush=True)
+
+
+def add_permission_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--yes", action="store_true", help="allow every tool call without asking")
+    p.add_argument(
+        "--allow", action="append", metavar="TOOL", default=None, help="allow this tool without asking (repeatable)"
+    )
+    p.add_argument(
+        "--permission-mode",
+        choices=PERMISSION_MODES,
+        default=None,
+        help="Claude Code's permission modes: default (ask for all but Read/Glob/Grep), "
+        "acceptEdits (Edit and Write too), plan (read-only: the rest is denied), dontAsk (deny "
+        "what is not allowed), bypassPermissions (allow everything, as --yes); hooks are told it",
+    )
+
+
+def permission_setup(args: argparse.Namespace) -> tuple[PermissionPolicy, PermissionMode]:
+    """The policy and the mode hooks are told, from ``--permission-mode``/``--yes``/``--allow``."""
+    mode: PermissionMode | None = getattr(args, "permission_mode", None)
+    if getattr(args, "yes", False):
+        if mode not in (None, "bypassPermissions"):
+            raise CliError(f"--yes allows everything; it contradicts --permission-mode {mode}")
+        mode = "bypassPermissions"
+    mode = mode or "default"
+    allowed = frozenset(getattr(args, "allow", None) or ())
+    if mode == "bypassPermissions":
+        return PermissionPolicy(default="allow"), mode
+    if mode == "acceptEdits":
+        return PermissionPolicy(allow=READ_ONLY_TOOLS | EDIT_TOOLS | allowed, default="ask"), mode
+    if mode == "plan":
+        return PermissionPolicy(allow=READ_ONLY_TOOLS, default="deny"), mode
+    if mode == "dontAsk":
+        return PermissionPolicy(allow=READ_ONLY_TOOLS | allowed, default="deny"), mode
+    return PermissionPolicy(allow=READ_ONLY_TOOLS | allowed, default="ask"), mode
+
+
+# ----------------------------------------------------------------------------------------------
+# Stop hooks
+
+
+def add_stop_hook_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--stop-hook",
+        action="append",
+        metavar="CMD",
+        default=None,
+        help="run this shell command as a Stop hook (Claude Code's protocol; repeatable)",
+    )
+    p.add_argument(
+        "--settings",
+        action="append",
+        metavar="FILE",
+        default=None,
+        help="read Stop hooks from a Claude Code settings file (repeatable)",
+    )
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="DIR",
+        default=None,
+        help="run a Claude Code plugin's Stop hooks (DIR/hooks/hooks.json, with CLAUDE_PLUGIN_ROOT=DIR)",
+    )
+    p.add_argument(
+        "--no-project-settings",
+        action="store_true",
+        help="ignore the workspace's .claude/settings.json and .claude/settings.local.json",
+    )
+    p.add_argument(
+        "--hook-timeout",
+        type=float,
+        metavar="S",
+        default=None,
+        help="timeout for --stop-hook commands in seconds (default 600, as Claude Code)",
+    )
+
+
+def stop_hooks_from_args(
+    args: argparse.Namespace,
+    workspace: Path,
+    permission_mode: PermissionMode,
+    on_report: Callable[[int, tuple[HookRun, ...]], None] | None = None,
+) -> tuple[StopHooks | None, list[str]]:
+    """The stop hooks the command line asks for, and the lines to say where they came from
+    (printed first). Bad settings files are a :class:`CliError` naming the file."""
+    notes: list[str] = []
+    files: list[str] = []
+    roots: list[str | None] = []
+    if not getattr(args, "no_project_settings", False):
+        project = project_settings_files(workspace)
+        if project:
+            notes.append(
+                "settings: reading Stop hooks from "
+                + ", ".join(str(p) for p in project)
+                + " (--no-project-settings to ignore them)"
+            )
+        files.extend(str(p) for p in project)
+        roots.extend(None for _ in project)
+    for f in getattr(args, "settings", None) or ():
+        files.append(f)
+        roots.append(None)
+    for d in getattr(args, "plugin", None) or ():
+        root = Path(d)
+        if not root.is_dir():
+            raise CliError(f"plugin {d}: not a directory")
+        files.append(str(root / "hooks" / "hooks.json"))
+        roots.append(str(root.resolve()))
+    try:
+        settings = load_settings(files, plugin_roots=roots)
+    except SettingsError as e:
+        raise CliError(str(e)) from None
+    hooks: list[StopHook] = [h.to_hook() for h in settings.for_event("Stop")]
+    timeout = getattr(args, "hook_timeout", None)
+    if timeout is not None and not timeout > 0:
+        raise CliError(f"--hook-timeout must be a positive number of seconds, got {timeout}")
+    for cmd in getattr(args, "stop_hook", None) or ():
+        if not cmd.strip():
+            raise CliError("--stop-hook takes a command, got an empty string")
+        hooks.append(CommandStopHook(cmd, timeout_s=timeout or DEFAULT_TIMEOUT_S))
+    notes.extend(f"settings: {s}" for s in settings.skipped)
+    if settings.disabled and settings.hooks:
+        notes.append("settings: disableAllHooks is set; the settings' hooks are not run")
+    if not hooks:
+        return None, notes
+    return StopHooks(hooks, permission_mode=permission_mode, on_report=on_report), notes
+
+
+# ----------------------------------------------------------------------------------------------
+# Driving a run
+
+
+async def drive(
+    r: Run, display: Display, answer: Callable[[PermissionRequest], bool | None]
+) -> RunResult:
+    """Consume the run: show every item, answer every permission request."""
+    async with r:
+        async for item in r:
+            if isinstance(item, PermissionRequest):
+                ok = answer(item)
+                what = f"{item.name}({_short(json.dumps(dict(item.input)), 80)})"
+                if ok is None:
+                    refuse = getattr(answer, "refuse", None)
+                    if refuse is not None:
+                        refuse(item)
+                    display.item(r, f"permission? {what} → refused (no terminal to ask)", "red")
+                    item.reject()
+                    continue
+                display.item(r, f"permission? {what} → {'approved' if ok else 'rejected'}")
+                item.allow() if ok else item.reject()
+            else:
+                display.item(r, describe(item), _style(item))
+        display.transition(r)
+    assert r.result is not None
+    return r.result
+
+
+def print_result(res: RunResult, out: TextIO) -> int:
+    """The result line; returns the exit code (steploop.effects.cli_common's table)."""
+    u = res.usage
+    code = exit_code(res.terminal.TAG, res.state)
+    meaning = EXIT_MEANINGS.get(code, "")
+    console = console_for(out)
+    from rich.text import Text
+
+    text = Text("\nresult: ")
+    text.append(res.terminal.TAG, style="bold green" if code == 0 else "bold red")
+    text.append(
+        f" after {res.state.turn_count} round(s); usage: {u.input_tokens} input / "
+        f"{u.output_tokens} output tokens; exit status {code} ({meaning})"
+    )
+    console.print(text)
+    return code

@@ -1,0 +1,163 @@
+"""What a transcript does not hold, inferred by written rules (specs/import.md §5, IMP-11..).
+
+Each function here implements one numbered rule of specs/import.md; the rule ids are in the
+docstrings and in the ``inferred`` provenance key of every imported trace.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Literal
+
+from steploop.reducer import LoopConfig, claude_code_2_1_88
+from steploop.reducer.events import ToolTraits
+
+__all__ = [
+    "BASH_READ_ONLY",
+    "SAFE_TOOLS",
+    "bash_is_read_only",
+    "config_for",
+    "max_output_tokens_for",
+    "stop_reason_for",
+    "traits_for",
+]
+
+#: Tools Claude Code declares concurrency-safe whatever their input (IMP-12).
+SAFE_TOOLS = frozenset(
+    {
+        "Read",
+        "Grep",
+        "Glob",
+        "LS",
+        "WebFetch",
+        "WebSearch",
+        "LSP",
+        "Task",
+        "Agent",
+        "AskUserQuestion",
+        "TaskCreate",
+        "TaskGet",
+        "TaskList",
+        "TaskOutput",
+        "BashOutput",
+        "NotebookRead",
+        "TodoRead",
+        "ToolSearch",
+        "ListMcpResourcesTool",
+        "ReadMcpResourceTool",
+    }
+)
+#: Programs whose invocation only reads (IMP-12, Bash): a conservative stand-in for Claude
+#: Code's read-only command check, which is not in the transcript.
+BASH_READ_ONLY = frozenset(
+    {
+        "ls", "cat", "head", "tail", "grep", "rg", "egrep", "fgrep", "wc", "pwd", "echo",
+        "which", "whereis", "type", "file", "stat", "du", "df", "tree", "sort", "uniq", "diff",
+        "cut", "tr", "basename", "dirname", "realpath", "readlink", "date", "whoami", "id",
+        "uname", "env", "printenv", "true", "false", "less", "more", "jq", "nl", "od", "hexdump",
+        "md5sum", "sha256sum", "cmp", "column", "test", "[",
+    }
+)  # fmt: skip
+_GIT_READ_ONLY = frozenset(
+    {"status", "log", "diff", "show", "branch", "rev-parse", "ls-files", "blame", "remote",
+     "describe", "shortlog", "reflog", "ls-tree", "cat-file", "grep", "config"}
+)  # fmt: skip
+_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
+
+
+def bash_is_read_only(command: str) -> bool:
+    """IMP-12: every part of the command runs a read-only program and nothing is redirected
+    into a file. Anything this cannot parse counts as not read-only (the reference's default)."""
+    if not command.strip() or ">" in command.replace("2>&1", "").replace(">&2", ""):
+        return False
+    if "$(" in command or "`" in command:
+        return False
+    for part in _SPLIT.split(command.strip()):
+        if not part:
+            continue
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            return False
+        while words and "=" in words[0] and not words[0].startswith("="):
+            words = words[1:]  # VAR=value prefixes
+        if not words:
+            continue
+        prog = words[0].rsplit("/", 1)[-1]
+        if prog == "git":
+            sub = next((w for w in words[1:] if not w.startswith("-")), "")
+            if sub not in _GIT_READ_ONLY:
+                return False
+            continue
+        if prog == "find" and any(w in ("-exec", "-execdir", "-delete", "-ok") for w in words):
+            return False
+        if prog == "sed" and not any(w in ("-n",) for w in words[1:2]) and "-i" in words:
+            return False
+        if prog not in BASH_READ_ONLY and prog not in ("find", "sed", "awk"):
+            return False
+    return True
+
+
+def traits_for(
+    name: str, tool_input: dict[str, Any], *, known: bool = True, cancels_siblings: bool = False
+) -> ToolTraits:
+    """IMP-12: a tool call's traits from its name (and, for Bash, its command).
+
+    Results are never budgeted again (``max_result_chars=None``): the transcript holds what
+    Claude Code kept after its own tool-result budget. A Bash call cancels its siblings on an
+    error only where the transcript shows that it did (``cancels_siblings``: a result of its
+    response reads "Cancelled: parallel tool call"); older versions did not.
+    """
+    if not known:
+        return ToolTraits(known=False, max_result_chars=None)
+    if name == "Bash":
+        cmd = tool_input.get("command")
+        safe = isinstance(cmd, str) and bash_is_read_only(cmd)
+        return ToolTraits(
+            concurrency_safe=safe, cancels_siblings_on_error=cancels_siblings, max_result_chars=None
+        )
+    interrupt: Literal["cancel", "block"] = "cancel" if name == "Sleep" else "block"
+    return ToolTraits(
+        concurrency_safe=name in SAFE_TOOLS, interrupt=interrupt, max_result_chars=None
+    )
+
+
+def max_output_tokens_for(model: str) -> int:
+    """IMP-13: the model's default output cap (the reference's per-model table)."""
+    m = model.lower()
+    if "opus-4-6" in m or "opus-4.6" in m:
+        return 64_000
+    return 32_000
+
+
+def config_for(
+    model: str | None,
+    *,
+    query_source: str = "repl_main_thread",
+    agent_id: str | None = None,
+    largest_context: int = 0,
+) -> LoopConfig:
+    """IMP-13: the turn's configuration: the shipped 2.1.88 profile, on the model its first
+    response names; a 1,000,000-token window when the model says ``[1m]`` or a response's
+    context exceeded 200,000 tokens, else 200,000."""
+    name = model or "claude-sonnet-4-5"
+    window = 1_000_000 if "[1m]" in name or largest_context > 200_000 else 200_000
+    return claude_code_2_1_88(
+        model=name,
+        context_window=window,
+        max_output_tokens=max_output_tokens_for(name),
+        query_source=query_source,
+        agent_id=agent_id,
+    )
+
+
+def stop_reason_for(recorded: str | None, has_tool_use: bool, followed_by_mot_error: bool) -> str:
+    """IMP-14: the recorded stop reason when the last record of the response has one; else
+    ``max_tokens`` when an output-limit API error follows, ``tool_use`` when the response holds
+    a tool call, ``end_turn`` otherwise."""
+    if recorded:
+        return recorded
+    if followed_by_mot_error:
+        return "max_tokens"
+    return "tool_use" if has_tool_use else "end_turn"

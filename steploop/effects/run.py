@@ -1,0 +1,1003 @@
+"""The interpreter: run the pure machine against the world (specs/architecture.md, "Worlds").
+
+``run(...)`` returns a :class:`Run`, an async context manager and async iterator. It applies
+``step()``, executes the effects it returns and feeds the world's answers back as events; it
+makes no control decision of its own. Every effect that waits on the world (a model call, a
+tool, a wait, a compaction, stop hooks, a summary) runs in a runner task of one task group,
+under its own cancel scope, and reports back by feeding an event.
+
+Events are stepped one at a time, in the order they arrive, never two at once: whoever brings
+an event (a runner, or the consumer answering a permission or interrupting) steps it at once
+when nothing else is being stepped, and executes the effects right there: starting or
+cancelling a handler, a permission the :class:`PermissionPolicy` settles (answered at once,
+without a task or the consumer), an item for a consumer already waiting. An item for a
+consumer that is not waiting stops the work until the consumer takes it; the consumer then
+carries the work on itself, before its ``__anext__`` returns. No task is woken just to step an
+event: a tool turn takes two passes of the event loop (the model's, the tool's), and no task is
+started per effect (runner tasks wait idle for the next handler). The driver task only runs
+``start()`` and reports a failure of ``step()`` or of the observer, which ends the run.
+
+Items for the consumer go through a zero-buffer hand-over (:class:`Handoff`), so nothing
+advances until the consumer pulls (backpressure): nothing is stepped while an item waits for
+the consumer. Nothing yields to the consumer from inside the task group: the consumer's
+``__anext__`` only takes from that hand-over (the anyio pitfall, PEP 789).
+
+Leaving the ``async with`` block (normally, by ``break``, by an exception or by cancellation)
+cancels the task group: model streams, tools and hook subprocesses are cancelled and awaited
+before ``__aexit__`` returns.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import time
+import uuid
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar, assert_never
+
+import anyio
+import anyio.lowlevel
+import attrs
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from steploop.effects.boundary import (
+    ToolUseIds,
+    clean,
+    clean_block,
+    clean_event,
+    clean_text,
+    compaction_result,
+    model_problem,
+    tool_output,
+)
+from steploop.effects.concurrency import Handoff, Rest, Signal, primitives
+from steploop.effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
+from steploop.effects.tools.base import (
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    timed_out,
+    tool_use_error,
+)
+from steploop.reducer import LoopConfig, LoopState, Request, Session
+from steploop.reducer._replace import evolve
+from steploop.reducer.drive import Loop, Observer
+from steploop.reducer.effects import (
+    AcknowledgeCommands,
+    AskPermission,
+    CallModel,
+    CancelCompaction,
+    CancelModelCall,
+    CancelStopHooks,
+    CancelTools,
+    CancelWait,
+    Compact,
+    Effect,
+    Emit,
+    Finish,
+    PersistToolResult,
+    RunStopHooks,
+    StartTool,
+    SummarizeToolUse,
+    Wait,
+)
+from steploop.reducer.events import (
+    CommandQueued,
+    CompactionFailed,
+    CompactionFinished,
+    Event,
+    HookEvent,
+    Interrupted,
+    ModelBlockReceived,
+    ModelCallFailed,
+    ModelResponseEnded,
+    PermissionAnswered,
+    StopHooksFinished,
+    ToolFinished,
+    ToolUseSummaryReady,
+    WaitElapsed,
+)
+from steploop.reducer.messages import Emitted, Usage
+from steploop.reducer.protocol import Key, opens, withdraws
+from steploop.reducer.transitions import Terminal, Transition
+
+__all__ = [
+    "Compactor",
+    "ModelClient",
+    "PermissionPolicy",
+    "PermissionRequest",
+    "Run",
+    "RunResult",
+    "StepObserver",
+    "StopHookRunner",
+    "TextDelta",
+    "Timeouts",
+    "hook_stop_output",
+    "run",
+    "run_sync",
+]
+
+
+@attrs.frozen(kw_only=True)
+class PermissionPolicy:
+    """Which tool calls run without asking: ``allow`` and ``deny`` are tool names; everything
+    else gets ``default``. "ask" surfaces a :class:`PermissionRequest` on the run."""
+
+    allow: frozenset[str] = frozenset()
+    deny: frozenset[str] = frozenset()
+    default: Literal["allow", "ask", "deny"] = "ask"
+
+    def decide(self, name: str, input: Mapping[str, Any]) -> Literal["allow", "ask", "deny"]:
+        if name in self.deny:
+            return "deny"
+        if name in self.allow:
+            return "allow"
+        return self.default
+
+
+class PermissionRequest:
+    """A tool call waiting for the user's answer. Call :meth:`allow` or :meth:`reject`."""
+
+    def __init__(self, run: Run, effect: AskPermission) -> None:
+        self._run = run
+        self._effect = effect
+        self.answered = False
+        self.withdrawn = False
+        """The machine withdrew the request (``CancelTools``: an interrupt, a sibling's
+        error); an answer is then ignored."""
+
+    @property
+    def tool_use_id(self) -> str:
+        return self._effect.tool_use_id
+
+    @property
+    def name(self) -> str:
+        return self._effect.name
+
+    @property
+    def input(self) -> Mapping[str, Any]:
+        return self._effect.input
+
+    def _answer(
+        self, decision: Literal["allow", "deny_by_rule", "rejected_by_user"], reason: str = ""
+    ) -> None:
+        if self.answered:
+            raise RuntimeError(f"permission for {self.tool_use_id} was already answered")
+        self.answered = True
+        key = opens(self._effect)
+        if self.withdrawn or key is None or self._run._asking.pop(key, None) is None:
+            return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
+        self._run._feed(
+            PermissionAnswered(
+                generation=self._effect.generation,
+                tool_use_id=self._effect.tool_use_id,
+                decision=decision,
+                reason=reason,
+                at_ms=self._run._now(),
+            )
+        )
+
+    def allow(self) -> None:
+        self._answer("allow")
+
+    def reject(self) -> None:
+        """The user said no: the round is aborted (specs/ R-PERM-3)."""
+        self._answer("rejected_by_user")
+
+    def __repr__(self) -> str:
+        return f"PermissionRequest({self.name}, {dict(self.input)!r})"
+
+
+@attrs.frozen(kw_only=True)
+class Timeouts:
+    """Deadlines for the handlers (seconds; None = no deadline). A handler past its deadline is
+    cancelled and reported as the failure the machine expects: a stalled model call as
+    ``stream_broken``, a compaction as ``CompactionFailed``, stop hooks as a hook error, a
+    summary as None. Tools have their own ``tool_timeout_s``."""
+
+    model_s: float | None = None
+    compaction_s: float | None = 600.0
+    stop_hooks_s: float | None = 600.0
+    summary_s: float | None = 60.0
+
+
+@attrs.frozen(kw_only=True)
+class TextDelta:
+    """Raw text as the model streams it (``run(..., text_deltas=True)``), for live display.
+    The complete block still arrives as an emitted message; deltas are best effort."""
+
+    index: int
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """How the turn ended: the Terminal, the final state (``state.session()`` continues the
+    conversation) and the usage summed over every model response."""
+
+    terminal: Terminal
+    state: LoopState
+    usage: Usage
+
+
+Item = Emitted | PermissionRequest | TextDelta
+Handler = Callable[[Any, anyio.CancelScope], Coroutine[Any, Any, None]]
+# Runner tasks kept waiting for work (more finish when their handler does): a handler starts
+# with a wake-up instead of a new task. Measured on and off (_IDLE_RUNNERS = 0), 400 tool turns,
+# min of 7, 2026-12-01 on the shared 2-core machine: 166.6 against 211.7 µs per turn, 1.27x on
+# item 1 of benchmarks/.
+_IDLE_RUNNERS = 8
+
+
+class _Runner:
+    """A task of the run's group that runs effect handlers one after the other."""
+
+    __slots__ = ("go", "job")
+
+    def __init__(self, job: tuple[Key, anyio.CancelScope, Handler, Any]) -> None:
+        self.job: tuple[Key, anyio.CancelScope, Handler, Any] | None = job
+        self.go: Signal | None = None
+
+
+class Run:
+    """An agent turn in progress. Use as ``async with run(...) as r: async for item in r``."""
+
+    def __init__(
+        self,
+        request: Request,
+        *,
+        config: LoopConfig,
+        model: ModelClient,
+        tools: ToolRegistry,
+        workspace: Path,
+        permissions: PermissionPolicy,
+        compactor: Compactor | None,
+        stop_hooks: StopHookRunner | None,
+        session: Session | None,
+        session_id: str,
+        transcript_path: Path | None,
+        tool_timeout_s: float,
+        timeouts: Timeouts,
+        clock_ms: Callable[[], int],
+        observer: StepObserver | None,
+        summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None,
+        on_acknowledge: Callable[[tuple[str, ...]], None] | None,
+        resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
+        text_deltas: bool = False,
+    ) -> None:
+        self.request = request
+        self.config = config
+        self._model = model
+        self._tools = tools
+        self._workspace = workspace
+        self._permissions = permissions
+        self._compactor = compactor
+        self._stop_hooks = stop_hooks
+        self._session = session
+        self.session_id = session_id
+        self.transcript_path = transcript_path
+        self._tool_timeout_s = tool_timeout_s
+        self._timeouts = timeouts
+        self._now = clock_ms
+        self._summarizer = summarizer
+        self._on_acknowledge = on_acknowledge
+        self._resume = resume
+        self._text_deltas = text_deltas
+        self.persisted: dict[str, str] = {}
+        self.result: RunResult | None = None
+        self.state: LoopState | None = None  # the latest state, for display
+        self._usage = Usage()
+        self._scopes: dict[Key, anyio.CancelScope] = {}  # the running handlers, by effect
+        self._idle: list[_Runner] = []  # runner tasks waiting for their next handler
+        self._tg: TaskGroup | None = None
+        self._asking: dict[Key, PermissionRequest] = {}  # offered to the consumer, unanswered
+        # the driver loop (steploop/reducer/drive.py): this run is its world, and pushes events into it
+        self._loop = Loop(config, self._apply, observe=self._observe, on_error=self._failed)
+        self._on_step = _observer_of(observer)
+        self._handlers: dict[type, Handler] = {
+            CallModel: self._call_model,
+            StartTool: self._run_tool,
+            Wait: self._wait,
+            Compact: self._compact,
+            RunStopHooks: self._run_hooks,
+            SummarizeToolUse: self._summarize,
+        }
+        self._wake: Signal | None = None  # wakes the driver when the turn ends or fails
+        self._failure: Exception | None = None  # step() or the observer failed
+        self._state: LoopState | None = None
+        self._closed = False
+        self._out: Handoff[Item] = Handoff()
+        self._signal: Callable[[], Signal] = anyio.Event
+        self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
+        self._context: contextvars.Context | None = None
+        self._transcript: Any = None
+        self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
+        self._entered = False
+        self._tool_use_ids = ToolUseIds()  # the ids a response may not reuse (B-MODEL-2)
+
+    # -- public API ------------------------------------------------------------------------
+
+    def interrupt(self, kind: Literal["hard", "submit"] = "hard") -> None:
+        """Interrupt the turn: ``hard`` (Esc) or ``submit`` (the user sent a new message).
+
+        Call it from a task of the run's event loop. The interrupt is stepped at once unless
+        something else is being stepped or an item waits for the consumer (then it is stepped
+        next, in order)."""
+        if self.result is None:
+            self._feed(Interrupted(kind=kind, at_ms=self._now()))
+
+    def queue_command(self, command_id: str, text: str) -> None:
+        """Queue a user command while the turn runs; the machine attaches it to the next tool
+        round and acknowledges it when the turn ends normally (specs/ R-CMD-1, R-CMD-2)."""
+        if self.result is None:
+            self._feed(CommandQueued(command_id=command_id, text=text, at_ms=self._now()))
+
+    async def __aenter__(self) -> Run:
+        if self._entered:
+            raise RuntimeError("a Run can be entered once")
+        self._entered = True
+        if self.transcript_path is not None:
+            from steploop.effects.transcript import TranscriptWriter
+
+            self._transcript = TranscriptWriter(
+                self.transcript_path,
+                session_id=self.session_id,
+                cwd=str(self._workspace),
+                version=_version(),
+                stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
+                api_ids=getattr(self._model, "api_ids", None),  # message.id, requestId
+            )
+        self._signal, self._scope = primitives()
+        self._context = contextvars.copy_context()  # what every handler starts from
+        self._out.new_signal = self._signal
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        if self._text_deltas:
+            if not hasattr(self._model, "on_text_delta"):
+                raise TypeError(
+                    f"{type(self._model).__name__} does not report text deltas (no on_text_delta)"
+                )
+            delta_send, delta_recv = anyio.create_memory_object_stream[TextDelta](math.inf)
+            self._delta_send = delta_send
+            self._model.on_text_delta = lambda i, t: _send_nowait(
+                delta_send, TextDelta(index=i, text=t)
+            )
+            self._tg.start_soon(self._forward_deltas, delta_recv)
+        self._tg.start_soon(self._drive)
+        return self
+
+    async def _forward_deltas(self, deltas: MemoryObjectReceiveStream[TextDelta]) -> None:
+        async with deltas:
+            async for d in deltas:
+                try:
+                    await self._out.send(d)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # stop the driver and every effect task first
+        try:
+            return await self._tg.__aexit__(et, e, tb)
+        finally:
+            self._out.close_receiving()
+            if self._delta_send is not None:
+                self._delta_send.close()
+            self._closed = True
+            self._loop.close()
+            if self._transcript is not None:
+                self._transcript.close()
+
+    def __aiter__(self) -> Run:
+        return self
+
+    async def __anext__(self) -> Item:
+        try:
+            return await self._out.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    # -- stepping ----------------------------------------------------------------------------
+    #
+    # The run is the live world of a driver loop (steploop.reducer.drive.Loop, rule W-DRIVE-4) and
+    # pushes every event into it: whoever brings an event (a runner finishing a tool, a model
+    # stream's next block, the consumer answering a permission) feeds it, and the loop steps it
+    # at once when nothing else is being stepped, performing every effect there and then
+    # (``_apply``): starting or cancelling a handler, a permission the policy settles (answered
+    # at once, without a task or the consumer), an item for a consumer already waiting. An item
+    # for a consumer that is not waiting holds the loop (nothing is stepped, events queue)
+    # until the consumer takes it; the consumer then releases the loop and carries the work on
+    # itself, in its ``__anext__``, before it returns the item. So no task is woken just to
+    # step an event, and backpressure holds: nothing advances until the consumer pulls. The
+    # driver task only starts the turn and reports a failure.
+
+    @property
+    def transitions(self) -> list[Transition]:
+        """Every Continue and Terminal the turn passed through so far, in order."""
+        return self._loop.transitions
+
+    def _feed(self, event: Event) -> None:
+        if self._closed:
+            return  # the run has ended; late answers go nowhere
+        self._loop.feed(event)
+
+    def _failed(self, exc: Exception) -> None:
+        """A failure of step(), an effect or the observer ends the run."""
+        self._failure = exc
+        self._wake_driver()
+
+    def _wake_driver(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    def _observe(
+        self,
+        event: Event | None,
+        state: LoopState,
+        fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
+    ) -> None:
+        before = self._state  # the state the event was stepped in
+        if (
+            isinstance(event, ModelResponseEnded)
+            and before is not None
+            and event.call_id == before.round.call_id
+        ):
+            self._usage = _add(self._usage, event.usage)
+        self._state = self.state = state
+        if self._transcript is not None:  # usage, compaction and hook data for its records
+            self._transcript.observe(event, state, fx)
+        if self._on_step is not None:
+            self._on_step(event, state, fx, passed)
+
+    async def _drive(self) -> None:
+        try:
+            self._wake = wake = self._signal()
+            if self._resume is not None:
+                state, fx = self._resume  # continue a recorded run (steploop/effects/trace/resume.py)
+                self._state = self.state = state
+                self._loop.resume(state, fx)
+            else:
+                self._loop.begin(self.request, self._session)
+            if self._failure is None and self.result is None:
+                await wake.wait()  # until the turn ends or stepping fails
+            if self._failure is not None:
+                raise self._failure
+        finally:
+            self._out.close_sending()
+
+    def _apply(self, effect: Effect, state: LoopState) -> Iterable[Event] | None:
+        """Perform an effect (the world's side of the loop); an item the consumer has yet to
+        take holds the loop until it is taken."""
+        match effect:
+            case Emit(item=item):
+                if self._transcript is not None:
+                    self._transcript.record(item)
+                if not self._out.offer(item):
+                    self._out.hold(item, self._loop.release)
+                    self._loop.hold()
+            case (
+                CallModel() | StartTool() | Wait() | Compact() | RunStopHooks() | SummarizeToolUse()
+            ):
+                key = opens(effect)
+                assert key is not None
+                self._start(key, self._handlers[effect.__class__], effect)
+            case (
+                CancelModelCall()
+                | CancelTools()
+                | CancelWait()
+                | CancelCompaction()
+                | CancelStopHooks()
+            ):
+                for key in withdraws(effect):
+                    self._cancel(key)
+            case AskPermission():
+                decision = self._permissions.decide(effect.name, effect.input)
+                if decision != "ask":  # settled by the policy: answered at once, no task
+                    return (_policy_answer(effect, decision, self._now()),)
+                request = PermissionRequest(self, effect)
+                key = opens(effect)
+                assert key is not None
+                self._asking[key] = request
+                if not self._out.offer(request):
+                    self._out.hold(request, self._loop.release)
+                    self._loop.hold()
+            case PersistToolResult(tool_use_id=tid, content=content):
+                self.persisted[tid] = content
+            case AcknowledgeCommands(command_ids=ids):
+                if self._on_acknowledge is not None:
+                    self._on_acknowledge(ids)
+            case Finish(terminal=terminal):
+                self.result = RunResult(terminal=terminal, state=state, usage=self._usage)
+                self._out.close_sending()
+                self._wake_driver()
+            case _:
+                assert_never(effect)
+        return None
+
+    def _start(self, key: Key, handler: Handler, effect: Any) -> None:
+        """Run ``handler(effect)`` concurrently, under a cancel scope ``_cancel(key)`` cancels.
+
+        An idle runner task takes it if there is one (a wake-up, cheaper than a new task);
+        otherwise a new runner is started. The scope exists from now on, so a cancel that
+        comes before the runner enters it still applies."""
+        scope = self._scope()
+        self._scopes[key] = scope
+        job = (key, scope, handler, effect)
+        if self._idle:
+            runner = self._idle.pop()
+            runner.job = job
+            assert runner.go is not None
+            runner.go.set()
+        else:
+            assert self._tg is not None and self._context is not None
+            self._tg.create_task(
+                self._serve(_Runner(job)),
+                name=f"steploop runner ({key[0]})",
+                context=self._context.copy(),
+            )
+
+    async def _serve(self, runner: _Runner) -> None:
+        """A runner: run the handler it was given, then wait idle for the next one.
+
+        A runner starts in a copy of the context the run was entered in, as a task of its own
+        per handler would. A handler that leaves a context variable changed retires its
+        runner, so the next handler never sees what an earlier one set."""
+        while True:
+            job = runner.job
+            assert job is not None
+            runner.job = None
+            key, scope, handler, effect = job
+            with scope:
+                await handler(effect, scope)
+            if self._scopes.get(key) is scope:
+                del self._scopes[key]
+            if len(self._idle) >= _IDLE_RUNNERS or contextvars.copy_context() != self._context:
+                return
+            runner.go = go = self._signal()
+            self._idle.append(runner)
+            await go.wait()
+
+    def _cancel(self, key: Key) -> None:
+        """Withdraw a request (W-PROTO-3): cancel its handler, or withdraw the permission
+        request offered to the consumer (answering it then does nothing)."""
+        scope = self._scopes.pop(key, None)
+        if scope is not None:
+            scope.cancel()
+        request = self._asking.pop(key, None)
+        if request is not None:
+            request.withdrawn = True
+
+    # -- effect handlers: each only classifies what happened into an event -------------------
+
+    async def _call_model(self, effect: CallModel, scope: anyio.CancelScope) -> None:
+        if self._timeouts.model_s is None:
+            result = await self._stream_model(effect, scope)
+        else:
+            result = None
+            with anyio.move_on_after(self._timeouts.model_s) as deadline:
+                result = await self._stream_model(effect, None)
+            if deadline.cancelled_caught:
+                result = ModelCallFailed(
+                    call_id=effect.call_id,
+                    kind="stream_broken",
+                    message=f"the model call stalled past {self._timeouts.model_s} s",
+                )
+        if result is not None:
+            self._feed(_stamped(result, self._now()))
+
+    async def _stream_model(
+        self, effect: CallModel, scope: anyio.CancelScope | None
+    ) -> ModelCallFailed | None:
+        """Feed the client's events; return a failure to report instead, if any.
+
+        The stream is closed shielded from cancellation. When the response ended and
+        ``scope`` (the runner's, the innermost) was not cancelled, that scope becomes the
+        shield: the call is dropped from the cancellable ones first (it is over)."""
+        stream = self._model.stream(effect)
+        call_id = effect.call_id
+        ended = False
+        tool_ids = self._tool_use_ids.response(effect.conversation)
+        try:
+            async for event in stream:
+                if (
+                    not isinstance(event, (ModelBlockReceived, ModelResponseEnded, ModelCallFailed))
+                    or event.call_id != call_id
+                ):
+                    return ModelCallFailed(
+                        call_id=call_id,
+                        kind="unknown",
+                        message=f"the model client produced malformed data: {event!r:.200}",
+                    )
+                if isinstance(event, ModelBlockReceived):  # steploop/effects/boundary.py
+                    problem = model_problem(event.block, tool_ids)
+                    if problem is not None:
+                        return ModelCallFailed(
+                            call_id=call_id,
+                            kind="unknown",
+                            message=f"the model sent a malformed response: {problem}",
+                        )
+                    block = clean_block(event.block)
+                    if block is not event.block:
+                        event = attrs.evolve(event, block=block)
+                else:
+                    event = clean_event(event)
+                self._feed(_stamped(event, self._now()))  # one clock for every event
+                if not isinstance(event, ModelBlockReceived):  # the response's last event
+                    ended = True
+                    return None
+        except Exception as exc:  # a broken client is a model error, not a crash of the run
+            return ModelCallFailed(
+                call_id=call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}"
+            )
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                if ended and scope is not None and not scope.cancel_called:
+                    key = opens(effect)
+                    if key is not None and self._scopes.get(key) is scope:
+                        del self._scopes[key]
+                    scope.shield = True
+                    await aclose()
+                else:
+                    with self._scope(shield=True):
+                        await aclose()
+        return ModelCallFailed(
+            call_id=call_id,
+            kind="stream_broken",
+            message="the model stream ended without a result",
+        )
+
+    async def _run_tool(self, effect: StartTool, scope: anyio.CancelScope) -> None:
+        """The call's deadline is on the runner's scope: past it, a timeout result; cancelled
+        by the machine (``_cancel`` dropped the scope), nothing.
+
+        The call's first step runs at once; only a call that then waits gets the deadline (a
+        timer), so a call that finishes without waiting costs no timer."""
+        ctx = ToolContext(
+            workspace=self._workspace,
+            tool_use_id=effect.tool_use_id,
+            timeout_s=self._tool_timeout_s,  # lets the registry end a step that holds the loop
+        )
+        out: ToolOutput | None = None
+        try:
+            call = self._tools.call(effect.name, effect.input, ctx)
+            try:
+                first = call.send(None)
+            except StopIteration as done:  # finished without waiting
+                out = done.value
+            else:
+                scope.deadline = anyio.current_time() + self._tool_timeout_s
+                out = await Rest(call, first)
+        finally:
+            key = opens(effect)
+            if out is None and scope.cancel_called and key and self._scopes.get(key) is scope:
+                out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
+            if out is not None:
+                given = out
+                out = tool_output(effect.name, out)  # steploop/effects/boundary.py
+                if out.hook_stopped:  # which hook, and why [E-HOOK-1]
+                    out = hook_stop_output(effect.name, given, out)
+                self._feed(
+                    ToolFinished(
+                        generation=effect.generation,
+                        tool_use_id=effect.tool_use_id,
+                        content=out.content,
+                        is_error=out.is_error,
+                        hook_stopped=out.hook_stopped,
+                        hook_event=out.hook_event,
+                        hook_stop_reason=out.hook_stop_reason,
+                        at_ms=self._now(),
+                    )
+                )
+
+    async def _wait(self, effect: Wait, scope: anyio.CancelScope) -> None:
+        await anyio.sleep(effect.ms / 1000)
+        self._feed(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now()))
+
+    async def _compact(self, effect: Compact, scope: anyio.CancelScope) -> None:
+        result: Any = CompactionFailed(
+            compact_id=effect.compact_id, reason="no compactor configured"
+        )
+        if self._compactor is not None:
+            with anyio.move_on_after(_deadline(self._timeouts.compaction_s)) as deadline:
+                try:
+                    result = await self._compactor.compact(effect)
+                except Exception as exc:  # counted by the breaker, never a crash
+                    result = CompactionFailed(
+                        compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}"
+                    )
+            if deadline.cancelled_caught:
+                result = CompactionFailed(
+                    compact_id=effect.compact_id,
+                    reason=f"timed out after {self._timeouts.compaction_s} s",
+                )
+        if not _valid_compaction(result, effect.compact_id):
+            result = CompactionFailed(
+                compact_id=effect.compact_id,
+                reason=f"the compactor returned malformed data: {result!r:.200}",
+            )
+        self._feed(_stamped(compaction_result(result), self._now()))
+
+    async def _run_hooks(self, effect: RunStopHooks, scope: anyio.CancelScope) -> None:
+        result: Any = StopHooksFinished(hooks_id=effect.hooks_id)
+        if self._stop_hooks is not None:
+            with anyio.move_on_after(_deadline(self._timeouts.stop_hooks_s)) as deadline:
+                try:
+                    result = await self._stop_hooks.run(
+                        effect,
+                        session_id=self.session_id,
+                        transcript_path=str(self.transcript_path or ""),
+                        cwd=str(self._workspace),
+                        event_name="SubagentStop" if self.config.is_subagent else "Stop",
+                    )
+                except Exception as exc:
+                    result = StopHooksFinished(
+                        hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}"
+                    )
+            if deadline.cancelled_caught:
+                result = StopHooksFinished(
+                    hooks_id=effect.hooks_id,
+                    error=f"stop hooks timed out after {self._timeouts.stop_hooks_s} s",
+                )
+        if not (isinstance(result, StopHooksFinished) and result.hooks_id == effect.hooks_id):
+            result = StopHooksFinished(
+                hooks_id=effect.hooks_id,
+                error=f"the stop hooks returned malformed data: {result!r:.200}",
+            )
+        self._feed(_stamped(clean(result), self._now()))
+
+    async def _summarize(self, effect: SummarizeToolUse, scope: anyio.CancelScope) -> None:
+        text: Any = None
+        if self._summarizer is not None:
+            with anyio.move_on_after(_deadline(self._timeouts.summary_s)):
+                try:
+                    text = await self._summarizer(effect)
+                except Exception:
+                    text = None
+        text = clean_text(text) if isinstance(text, str) else None
+        self._feed(
+            ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now())
+        )
+
+
+E = TypeVar("E")
+
+
+def _observer_of(observer: StepObserver | None) -> Observer | None:
+    """The loop's observer for ``observer=``: an object with ``observe(event, state, effects,
+    transitions)`` (a :class:`steploop.effects.trace.TraceRecorder`) is called with the transitions; a
+    plain callable ``(event, state, effects)`` without them."""
+    if observer is None:
+        return None
+    observe = getattr(observer, "observe", None)
+    if callable(observe):
+        return observe  # type: ignore[no-any-return]
+    three = observer
+
+    def call(
+        event: Event | None,
+        state: LoopState,
+        fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
+    ) -> None:
+        three(event, state, fx)
+
+    return call
+
+
+def _policy_answer(
+    effect: AskPermission, decision: Literal["allow", "deny"], at_ms: int
+) -> PermissionAnswered:
+    allowed = decision == "allow"
+    return PermissionAnswered(
+        generation=effect.generation,
+        tool_use_id=effect.tool_use_id,
+        decision="allow" if allowed else "deny_by_rule",
+        reason="" if allowed else "The permission policy denies this tool.",
+        at_ms=at_ms,
+    )
+
+
+def _stamped(event: E, at_ms: int) -> E:
+    """The event with the run's clock (the reducer's fast evolve, steploop/reducer/_replace.py)."""
+    return evolve(event, at_ms=at_ms)
+
+
+def _deadline(seconds: float | None) -> float:
+    return math.inf if seconds is None else seconds
+
+
+def _valid_compaction(result: object, compact_id: int) -> bool:
+    if isinstance(result, CompactionFailed):
+        return result.compact_id == compact_id
+    if isinstance(result, CompactionFinished):
+        from steploop.reducer.messages import (
+            AssistantMessage,
+            AttachmentMessage,
+            SystemMessage,
+            UserMessage,
+        )
+
+        return result.compact_id == compact_id and all(
+            isinstance(m, (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage))
+            for m in result.messages
+        )
+    return False
+
+
+def _send_nowait(stream: MemoryObjectSendStream[TextDelta], item: TextDelta) -> None:
+    try:
+        stream.send_nowait(item)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        cache_creation_input_tokens=a.cache_creation_input_tokens + b.cache_creation_input_tokens,
+        cache_read_input_tokens=a.cache_read_input_tokens + b.cache_read_input_tokens,
+    )
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("steploop")
+    except Exception:
+        return "0+unknown"
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+_HOOK_EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")
+
+
+def hook_stop_output(name: str, given: object, out: ToolOutput) -> ToolOutput:
+    """``out`` (the checked form of what tool ``name`` returned, ``given``, which stopped the
+    turn) with ``given``'s hook event and stop reason, checked as the rest was: an event other
+    than PreToolUse/PostToolUse or a reason that is not a str is an error result naming it; a
+    reason's lone surrogates are replaced (specs/ E-HOOK-1, B-TEXT-1)."""
+    event = getattr(given, "hook_event", "PostToolUse")
+    reason = getattr(given, "hook_stop_reason", "")
+    if event not in _HOOK_EVENTS or reason.__class__ is not str:
+        return tool_use_error(
+            f"Error calling tool {name}: hook_event must be PreToolUse or PostToolUse and "
+            f"hook_stop_reason a str, got {event!r:.30} and {reason!r:.30}"
+        )
+    reason = clean_text(reason)
+    if (out.hook_event, out.hook_stop_reason) == (event, reason):
+        return out
+    return attrs.evolve(out, hook_event=event, hook_stop_reason=reason)
+
+
+def run(
+    request: Request | str,
+    *,
+    model: ModelClient,
+    tools: ToolRegistry | Sequence[Any] = (),
+    config: LoopConfig | None = None,
+    workspace: str | Path = ".",
+    permissions: PermissionPolicy | None = None,
+    compactor: Compactor | None = None,
+    stop_hooks: StopHookRunner | None = None,
+    session: Session | None = None,
+    session_id: str | None = None,
+    transcript_path: str | Path | None = None,
+    tool_timeout_s: float = 120.0,
+    timeouts: Timeouts | None = None,
+    clock_ms: Callable[[], int] = _wall_ms,
+    observer: StepObserver | None = None,
+    summarizer: Callable[[SummarizeToolUse], Awaitable[str | None]] | None = None,
+    on_acknowledge: Callable[[tuple[str, ...]], None] | None = None,
+    resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
+    text_deltas: bool = False,
+) -> Run:
+    """Start one user turn of the agent loop.
+
+    Args:
+        request: the prompt (or a full Request with budgets).
+        model: the model client (``AnthropicModelClient`` or ``ScriptedModel``).
+        tools: a ToolRegistry, or tools to put in one.
+        config: the loop config (default profile when omitted).
+        workspace: the directory tools are confined to.
+        permissions: which calls run without asking (default: ask for every call).
+        compactor: summarises the conversation for (auto and reactive) compaction.
+        stop_hooks: runs stop hooks when the model finishes without tool use.
+        session: the previous turn's ``result.state.session()`` for multi-turn use.
+        session_id: the session's id in the transcript and the hooks' input (None: a fresh
+            UUID, as Claude Code's; give the same id to every turn of one session).
+        transcript_path: where to keep a Claude Code JSONL transcript (stop hooks read it).
+        observer: called with (event, state, effects) after every step (trace recording);
+            one with an ``observe`` method gets the step's transitions too (StepObserver).
+        resume: instead of ``start()``, continue from this state by executing these effects
+            (the outstanding effects of a recorded run; see steploop/effects/trace/resume.py).
+        text_deltas: also yield :class:`TextDelta` items as text streams in (the model client
+            must have an ``on_text_delta`` attribute, as AnthropicModelClient does).
+
+    Returns:
+        A :class:`Run`; use it as ``async with run(...) as r: async for item in r: ...`` and read
+        ``r.result`` afterwards.
+    """
+    req = Request(prompt=request, at_ms=clock_ms()) if isinstance(request, str) else request
+    req = clean(req)  # a prompt from argv or a file can hold lone surrogates
+    registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+    return Run(
+        req,
+        config=config or LoopConfig(),
+        model=model,
+        tools=registry,
+        workspace=Path(workspace).resolve(),
+        permissions=permissions or PermissionPolicy(),
+        compactor=compactor,
+        stop_hooks=stop_hooks,
+        session=session,
+        session_id=str(uuid.uuid4()) if session_id is None else session_id,
+        transcript_path=Path(transcript_path) if transcript_path is not None else None,
+        tool_timeout_s=tool_timeout_s,
+        timeouts=timeouts or Timeouts(),
+        clock_ms=clock_ms,
+        observer=observer,
+        summarizer=summarizer,
+        on_acknowledge=on_acknowledge,
+        resume=resume,
+        text_deltas=text_deltas,
+    )
+
+
+def run_sync(
+    request: Request | str,
+    *,
+    on_item: Callable[[Emitted | TextDelta], None] | None = None,
+    on_permission: Callable[[PermissionRequest], bool] | None = None,
+    backend: str = "asyncio",
+    **kwargs: Any,
+) -> RunResult:
+    """Run one user turn to its end from synchronous code (scripts, notebooks).
+
+    Args:
+        request: the prompt or a Request.
+        on_item: called with every emitted item, in order.
+        on_permission: answers permission requests (True = allow); without it every request
+            that the policy does not settle is rejected.
+        backend: "asyncio" or "trio".
+        **kwargs: everything :func:`run` takes (``model=`` is required).
+
+    Returns:
+        The :class:`RunResult`.
+    """
+
+    async def main() -> RunResult:
+        async with run(request, **kwargs) as r:
+            async for item in r:
+                if isinstance(item, PermissionRequest):
+                    if on_permission is not None and on_permission(item):
+                        item.allow()
+                    else:
+                        item.reject()
+                elif on_item is not None:
+                    on_item(item)
+        assert r.result is not None
+        return r.result
+
+    return anyio.run(main, backend=backend)

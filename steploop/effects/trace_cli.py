@@ -1,0 +1,776 @@
+"""The trace commands of the ``steploop`` CLI: replay, diff, show, stats and resume.
+
+:func:`register` adds them to the main parser's subparsers; each handler has the signature
+``(args, out) -> int`` and reports a user error by raising ``steploop.effects.cli_common.CliError`` or a
+``steploop.reducer.SteploopError`` (one line, exit status 2). Exit status 1 means "ran, but the answer
+is no": a replay mismatch or divergence, or two traces that differ.
+
+``python -m steploop.effects.trace_cli`` runs these commands on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from steploop.effects.cli_common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    ProgressBar,
+    console_for,
+    count_steps,
+    load_json,
+    parse_overrides,
+)
+from steploop.effects.trace import (
+    DEFAULT_CHECKPOINT_EVERY,
+    POLICIES,
+    VERIFY_POLICIES,
+    EndRecord,
+    Policy,
+    ReplayProgress,
+    ResumeRecord,
+    StepRecord,
+    TraceHeader,
+    TraceReader,
+    describe_effect,
+    describe_request,
+    make_provenance,
+    replay_counterfactual_async,
+    replay_exact,
+    resume_trace,
+)
+from steploop.reducer import LoopConfig, SteploopError
+from steploop.reducer.canonical import to_data
+from steploop.reducer.config import profile_for
+from steploop.reducer.effects import CallModel, Compact, Effect, StartTool
+from steploop.reducer.events import ModelResponseEnded
+from steploop.reducer.transitions import CONTINUE_TYPES
+
+__all__ = ["TRACE_COMMANDS", "main", "register"]
+
+Handler = Callable[[argparse.Namespace, TextIO], int]
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
+    return parse_overrides(pairs)
+
+
+def _load_json(path: str) -> Any:
+    return load_json(path, "script")
+
+
+def _live_model(traits_for: Callable[[str, dict[str, Any]], Any], tools: Any) -> tuple[Any, Any]:
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        raise CliError(
+            "ANTHROPIC_API_KEY is not set: set it to go live, or answer from a script instead"
+        )
+    from steploop.effects.model import AnthropicModelClient, make_client
+
+    client = make_client(connect_timeout=10.0, read_timeout=120.0)
+    model = AnthropicModelClient(
+        client,
+        system="You are a careful coding agent working in the user's workspace.",
+        tools=tools,
+        traits_for=traits_for,
+    )
+    return client, model
+
+
+def _short(text: str, n: int) -> str:
+    text = text.replace("\n", "⏎ ")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _steps(reader: TraceReader) -> Iterator[StepRecord]:
+    for rec in reader:
+        if isinstance(rec, StepRecord):
+            yield rec
+
+
+# ----------------------------------------------------------------------------------------------
+# replay
+
+
+def _recorded_config(path: str) -> LoopConfig:
+    reader = TraceReader(path)
+    for _rec in reader:
+        break
+    assert reader.header is not None
+    return reader.header.config
+
+
+def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
+    from steploop.effects import corpus  # several traces, a directory, --jobs, --scheduler
+
+    if corpus.is_corpus(args):
+        if counterfactual:
+            raise CliError("counterfactual replay takes one trace file")
+        return corpus.replay_command(args, out)
+    args.trace = args.trace[0] if isinstance(args.trace, list) else args.trace
+    err = sys.stderr
+    show = bool(args.progress) or err.isatty()
+    if not counterfactual:
+        total = count_steps(args.trace) if show else None
+        with ProgressBar(total, "replaying", "steps", err, show) as bar:
+            report = replay_exact(
+                args.trace,
+                verify=args.verify or "every",
+                checkpoint_every=args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY,
+                on_step=(lambda _rec: bar.advance()) if show else None,
+            )
+        _print_verdict(report.describe(), report.ok, out)
+        return 0 if report.ok else 1
+    if args.verify or args.checkpoint_every:
+        raise CliError("--verify and --checkpoint-every apply to exact replay only")
+    import anyio
+
+    policy: Policy = args.on_divergence or "stop"
+    if args.script and policy != "scripted":
+        raise CliError("--script goes with --on-divergence scripted")
+    if policy == "scripted" and not args.script:
+        raise CliError("--on-divergence scripted needs --script FILE (a JSON list of responses)")
+    base: LoopConfig | None = None
+    if args.profile:  # [P-RUN-1] the profile's machine, the recorded run's model and window
+        base = profile_for(args.profile, _recorded_config(args.trace))
+    overrides = _overrides(args.set)
+    script = _load_json(args.script) if args.script else None
+    client: Any = None
+    model: Any = None
+    if policy == "live":
+        from steploop.effects.tools import ToolRegistry, builtin_tools
+
+        registry = ToolRegistry(builtin_tools("."))
+        client, model = _live_model(registry.traits, registry.definitions())
+
+    bytes_bar = _ByteBar("replaying", err, show)
+
+    async def go() -> Any:
+        try:
+            return await replay_counterfactual_async(
+                args.trace,
+                overrides,
+                policy,
+                script,
+                base=base,
+                model=model,
+                progress=bytes_bar.update if show else None,
+            )
+        finally:
+            if client is not None:
+                await client.close()
+
+    try:
+        report = anyio.run(go)
+    finally:
+        bytes_bar.close()
+    what = [f"profile {args.profile}" if args.profile else "the recorded config"]
+    if overrides:
+        what.append("overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
+    print(
+        f"counterfactual replay of {args.trace} with {'; '.join(what)}; on divergence: {policy}",
+        file=out,
+    )
+    _print_verdict(report.describe(), report.ok, out)
+    return 0 if report.ok else 1
+
+
+class _ByteBar:
+    """A :class:`ProgressBar` over the bytes of the recording a counterfactual replay reads
+    (the new run reads it as far as it needs it, so both of its phases move one bar), in kB,
+    or MB from 10 MB on; made on the first report, when the file's size is known."""
+
+    def __init__(self, label: str, stream: TextIO, enabled: bool) -> None:
+        self.label, self.stream, self.enabled = label, stream, enabled
+        self.bar: ProgressBar | None = None
+        self.scale = 1_000
+        self.shown = 0
+
+    def update(self, p: ReplayProgress) -> None:
+        if self.bar is None:
+            self.scale = 1_000_000 if p.total >= 10_000_000 else 1_000
+            unit = "MB" if self.scale > 1_000 else "kB"
+            total = -(-p.total // self.scale)
+            self.bar = ProgressBar(total, self.label, unit, self.stream, self.enabled)
+        now = -(-p.done // self.scale) if p.done >= p.total else p.done // self.scale
+        if now > self.shown:
+            self.bar.advance(now - self.shown)
+            self.shown = now
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
+    """A replay's report: its first line green when it held, red when not."""
+    from rich.text import Text
+
+    console = console_for(out)
+    first, _, rest = text.partition("\n")
+    console.print(Text(first, style="green" if ok else "bold red"))
+    if rest:
+        console.print(Text(rest))
+
+
+# ----------------------------------------------------------------------------------------------
+# diff
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    if isinstance(data, list) and data:
+        out = {}
+        for k, v in enumerate(data):
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+_TIME_KEYS = ("at_ms",)
+
+
+def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
+    """The leaves that differ, as (dotted path, A's value, B's value); times ignored unless
+    ``exact`` (a field named ``at_ms`` at any depth)."""
+    fa, fb = _flat(to_data(a)), _flat(to_data(b))
+    out = []
+    for key in list(fa) + [k for k in fb if k not in fa]:
+        if not exact and key.rsplit(".", 1)[-1] in _TIME_KEYS:
+            continue
+        va, vb = fa.get(key, "(absent)"), fb.get(key, "(absent)")
+        if va != vb:
+            out.append((key, va, vb))
+    return out
+
+
+def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
+    lines = [f"{indent}{k}: {_short(repr(va), 160)} → {_short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
+    if len(diffs) > limit:
+        lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
+    return lines
+
+
+def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
+    shown = ", ".join(f"{k} ({_short(repr(va), 60)} → {_short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
+    return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
+
+
+def _effect_lines(label: str, effects: Sequence[Effect]) -> list[str]:
+    if not effects:
+        return [f"  {label} effects: none"]
+    lines = [f"  {label} effects ({len(effects)}):"]
+    for k, e in enumerate(effects[:20]):
+        lines.append(f"    {k}: {describe_effect(e, 200)}")
+    if len(effects) > 20:
+        lines.append(f"    … {len(effects) - 20} more")
+    return lines
+
+
+def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
+    a, b = TraceReader(args.a), TraceReader(args.b)
+    steps_a, steps_b = _steps(a), _steps(b)
+    first_a, first_b = next(steps_a, None), next(steps_b, None)
+    ha, hb = a.header, b.header
+    assert ha is not None and hb is not None
+    exact = bool(args.exact)
+    changed = _field_diff(ha.config, hb.config, True)
+    if changed:
+        print(f"configs differ: {_inline_fields(changed)}", file=out)
+    requests = _field_diff(ha.request, hb.request, exact)
+    if requests:
+        print(f"requests differ: {_inline_fields(requests)}", file=out)
+
+    def chain(first: StepRecord | None, rest: Iterator[StepRecord]) -> Iterator[StepRecord]:
+        if first is not None:
+            yield first
+            yield from rest
+
+    n = 0
+    for sa, sb in zip_longest(chain(first_a, steps_a), chain(first_b, steps_b)):
+        if sa is None or sb is None:
+            longer, rec, shorter = ("B", sb, "A") if sa is None else ("A", sa, "B")
+            assert rec is not None
+            print(
+                f"first divergence at step {rec.i}: {shorter} ends after step {n - 1}; "
+                f"{longer} continues with {describe_effect(rec.event, 200)}",
+                file=out,
+            )
+            return 1
+        if sa.event is None or sb.event is None:
+            same_event = sa.event is sb.event
+            event_diff: list[tuple[str, Any, Any]] = []
+        else:
+            event_diff = _field_diff(sa.event, sb.event, exact)
+            same_event = not event_diff
+        if not same_event:
+            print(f"first divergence at step {sa.i}: the events differ", file=out)
+            for line in _show_fields(event_diff):
+                print(line, file=out)
+            print(f"  A event: {describe_effect(sa.event, 400)}", file=out)
+            print(f"  B event: {describe_effect(sb.event, 400)}", file=out)
+            return 1
+        if sa.effects != sb.effects:
+            print(f"first divergence at step {sa.i}: same event, the effects differ", file=out)
+            for k, (ea_, eb_) in enumerate(zip_longest(sa.effects, sb.effects)):
+                if ea_ == eb_:
+                    continue
+                if ea_ is None or eb_ is None:
+                    who = "B" if ea_ is None else "A"
+                    print(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", file=out)
+                else:
+                    print(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", file=out)
+                    for line in _show_fields(_field_diff(ea_, eb_, True), "    "):
+                        print(line, file=out)
+                break
+            for line in _effect_lines("A", sa.effects) + _effect_lines("B", sb.effects):
+                print(line, file=out)
+            return 1
+        if exact and sa.digest != sb.digest:
+            print(f"first divergence at step {sa.i}: the state digests differ", file=out)
+            print(f"  A: {sa.digest}\n  B: {sb.digest}", file=out)
+            return 1
+        n += 1
+    ea, eb = a.end, b.end
+    ta = ea.terminal.TAG if ea else "no end record"
+    tb = eb.terminal.TAG if eb else "no end record"
+    if ta != tb:
+        print(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", file=out)
+        return 1
+    if changed or requests:
+        print(f"the same {n} steps ({ta}) from different headers", file=out)
+        return 1
+    print(f"identical ({n} steps; {ta})", file=out)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# show
+
+
+@attrs.define
+class _Row:
+    round: int
+    transition: str = "(unfinished)"
+    tag: str = "(unfinished)"
+    calls: int = 0
+    tools: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    compactions: int = 0
+    tool_names: Counter[str] = attrs.field(factory=Counter)
+    context: int = 0  # the prompt's size at the round's last response (input + cache tokens)
+
+
+def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
+    for e in effects:
+        if isinstance(e, CallModel):
+            row.calls += 1
+        elif isinstance(e, StartTool):
+            row.tools += 1
+            row.tool_names[e.name] += 1
+        elif isinstance(e, Compact):
+            row.compactions += 1
+
+
+def _payload(t: Any) -> str:
+    data = {k: v for k, v in to_data(t).items() if k != "type"}
+    if not data:
+        return ""
+    if "error" in data and isinstance(data["error"], dict):
+        data["error"] = data["error"].get("message", "")
+    return " (" + ", ".join(f"{k}={v}" for k, v in data.items()) + ")"
+
+
+def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | None, int, int]:
+    """Rounds of a trace: a step that records a Continue ends its round with its event, and
+    its effects (the next round's model call) count for the next round.
+
+    Returns:
+        The header, the rows, the end record (None when cut off), steps and resumes.
+    """
+    rows = [_Row(round=1)]
+    steps = resumes = 0
+    for rec in reader:
+        if isinstance(rec, ResumeRecord):
+            resumes += 1
+        if not isinstance(rec, StepRecord):
+            continue
+        steps += 1
+        row = rows[-1]
+        if isinstance(rec.event, ModelResponseEnded):
+            u = rec.event.usage
+            size = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+            row.tokens_in += size
+            row.tokens_out += u.output_tokens
+            row.context = size
+        t = rec.transition
+        if t is not None:
+            row.transition = t.TAG + _payload(t)
+            row.tag = t.TAG
+            if isinstance(t, CONTINUE_TYPES):
+                rows.append(_Row(round=row.round + 1))
+        _count_effects(rows[-1], rec.effects)
+    assert reader.header is not None
+    return reader.header, rows, reader.end, steps, resumes
+
+
+#: ``show`` prints every round up to this many; beyond, the first and last few (``--all``).
+SHOW_ALL_UP_TO = 40
+SHOW_ENDS = 10
+
+
+def _status_style(tag: str) -> str:
+    if tag == "completed":
+        return "green"
+    if tag in ("(unfinished)",):
+        return "yellow"
+    if tag in {c.TAG for c in CONTINUE_TYPES}:
+        return ""
+    return "red"
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    if args.html:
+        from steploop.effects.viewer import write_html
+
+        path = write_html(args.trace, args.html)
+        print(f"wrote {path} (one self-contained file: open it in a browser)", file=out)
+        return 0
+    reader = TraceReader(args.trace)
+    header, rows, end, steps, resumes = timeline(reader)
+    console = console_for(out)
+    cfg, prov = header.config, header.provenance
+    prompt = header.request.prompt
+    text = prompt if isinstance(prompt, str) else "(blocks)"
+    console.print(Text(f"trace {reader.name}", style="bold"))
+    console.print(
+        Text(
+            f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
+            f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
+        )
+    )
+    console.print(Text(f"  prompt: {_short(text, 90)}"))
+    if not args.summary:
+        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+        for name, justify in (
+            ("round", "right"),
+            ("transition", "left"),
+            ("model calls", "right"),
+            ("tools run", "right"),
+            ("tokens in/out", "right"),
+            ("compactions", "right"),
+        ):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        shown: list[_Row | None] = list(rows)
+        if len(rows) > SHOW_ALL_UP_TO and not args.all:
+            shown = [*rows[:SHOW_ENDS], None, *rows[-SHOW_ENDS:]]
+        for r in shown:
+            if r is None:
+                hidden = len(rows) - 2 * SHOW_ENDS
+                table.add_row("…", Text(f"{hidden:,} rounds not shown (--all shows them, --summary totals them)", style="dim"))
+                continue
+            table.add_row(
+                str(r.round),
+                Text(r.transition, style=_status_style(r.tag)),
+                str(r.calls),
+                str(r.tools),
+                f"{r.tokens_in:,}/{r.tokens_out:,}",
+                str(r.compactions),
+            )
+        console.print(table)
+    if args.summary or len(rows) > SHOW_ALL_UP_TO:
+        _print_summary(console, rows)
+    ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
+    resumed = f"; resumed {resumes}x" if resumes else ""
+    line = Text(f"{steps} steps, {len(rows)} round(s); ")
+    line.append(ended, style=_status_style(end.terminal.TAG if end is not None else "(unfinished)"))
+    line.append(resumed)
+    console.print(line)
+    return 0
+
+
+def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
+    """Totals per round kind (the transition that ended it), tools by name, tokens."""
+    from rich.table import Table
+    from rich.text import Text
+
+    kinds: dict[str, list[_Row]] = {}
+    for r in rows:
+        kinds.setdefault(r.tag, []).append(r)
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), title=None)
+    for name, justify in (
+        ("rounds ended by", "left"),
+        ("rounds", "right"),
+        ("model calls", "right"),
+        ("tools run", "right"),
+        ("tokens in/out", "right"),
+        ("compactions", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for tag, rs in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        table.add_row(
+            Text(tag, style=_status_style(tag)),
+            f"{len(rs):,}",
+            f"{sum(r.calls for r in rs):,}",
+            f"{sum(r.tools for r in rs):,}",
+            f"{sum(r.tokens_in for r in rs):,}/{sum(r.tokens_out for r in rs):,}",
+            f"{sum(r.compactions for r in rs):,}",
+        )
+    table.add_row(
+        Text("total", style="bold"),
+        f"{len(rows):,}",
+        f"{sum(r.calls for r in rows):,}",
+        f"{sum(r.tools for r in rows):,}",
+        f"{sum(r.tokens_in for r in rows):,}/{sum(r.tokens_out for r in rows):,}",
+        f"{sum(r.compactions for r in rows):,}",
+    )
+    console.print(table)
+    tools: Counter[str] = Counter()
+    for r in rows:
+        tools.update(r.tool_names)
+    shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
+    console.print(Text(f"tools by name: {shown or 'none'}"))
+    peak = max((r.context for r in rows), default=0)
+    console.print(Text(f"largest prompt: {peak:,} tokens"))
+
+
+# ----------------------------------------------------------------------------------------------
+# stats
+
+
+def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
+    from steploop.effects.corpus import stats_command  # in parallel: steploop/effects/corpus.py
+
+    return stats_command(args, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# resume
+
+
+def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    import anyio
+
+    from steploop.effects.cli_drive import (
+        Display,
+        PermissionAsker,
+        drive,
+        permission_setup,
+        print_result,
+        stop_hooks_from_args,
+    )
+    from steploop.effects.tools import ToolRegistry, builtin_tools
+
+    # read the trace before anything else: a bad trace is the first thing to report
+    head = TraceReader(args.trace, tolerate_truncated_tail=True)
+    for _ in head:
+        break
+    assert head.header is not None
+    recorded_ws = head.header.provenance.get("workspace")
+    ws_arg = args.workspace or (recorded_ws if isinstance(recorded_ws, str) else ".")
+    workspace = Path(ws_arg).resolve()
+    if not workspace.is_dir():
+        raise CliError(f"workspace {workspace} is not a directory (pass --workspace DIR)")
+    registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
+    policy, mode = permission_setup(args)
+    display = Display(out)
+    hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
+    for note in notes:
+        display.line(note, "yellow")
+    client: Any = None
+    model: Any
+    if args.scripted:
+        from steploop.effects.scripted import ScriptedModel, ScriptError
+
+        try:
+            model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+        except ScriptError as bad:
+            raise CliError(f"script {args.scripted}: {bad}") from None
+    else:
+        client, model = _live_model(registry.traits, registry.definitions())
+    with resume_trace(
+        args.trace, provenance=make_provenance(model=model, workspace=workspace)
+    ) as rs:
+        point = rs.point
+        cut = " (dropped a truncated last line)" if point.truncated_tail else ""
+        print(f"resuming {point.path} after step {point.last_step}{cut}", file=out)
+        for ev in rs.synthesized:
+            print(f"  settled: {describe_effect(ev, 160)}", file=out)
+        for e in rs.reissued:
+            print(f"  issued again: {describe_request(e)}", file=out)
+        for e in rs.requested:
+            print(f"  then: {describe_request(e)}", file=out)
+        r = rs.run(
+            model=model,
+            tools=registry,
+            workspace=workspace,
+            permissions=policy,
+            stop_hooks=hooks,
+        )
+
+        async def go() -> Any:
+            try:
+                return await drive(r, display, PermissionAsker())
+            finally:
+                if client is not None:
+                    await client.close()
+
+        res = anyio.run(go)
+    code = print_result(res, out)
+    print(f"appended to {point.path}", file=out)
+    return code
+
+
+# ----------------------------------------------------------------------------------------------
+# Registration
+
+
+TRACE_COMMANDS: dict[str, Handler] = {
+    "replay": cmd_replay,
+    "diff": cmd_diff,
+    "show": cmd_show,
+    "stats": cmd_stats,
+    "resume": cmd_resume,
+}
+
+
+def register(subparsers: Any) -> dict[str, Handler]:
+    """Add the trace commands to ``parser.add_subparsers(...)``; returns name -> handler
+    (each subparser also carries it as the ``handler`` default)."""
+    from steploop.effects.corpus import add_options as corpus_options
+
+    p = subparsers.add_parser(
+        "replay",
+        help="replay a trace exactly, or under another config (counterfactual)",
+        description="Without options: exact replay (every effect and state digest checked). "
+        "With --set/--profile/--on-divergence: counterfactual replay.",
+    )
+    p.add_argument("trace", metavar="TRACE", nargs="+", help="a trace, or several, a DIR, @LIST")
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)"
+    )
+    p.add_argument(
+        "--profile", metavar="NAME", help="start from this profile, not the recorded config"
+    )
+    p.add_argument(
+        "--on-divergence",
+        choices=POLICIES,
+        help="when the recording cannot answer: stop (default), scripted, or live",
+    )
+    p.add_argument("--script", metavar="FILE", help="the JSON script for --on-divergence scripted")
+    p.add_argument(
+        "--verify",
+        choices=VERIFY_POLICIES,
+        help="exact replay: check the state digest after every step (default), or only at "
+        "checkpoints (faster; effects are still checked at every step, and a difference is "
+        "reported at its first step, but a digest wrong only between checkpoints is not seen)",
+    )
+    p.add_argument(
+        "--progress", action="store_true", help="show the progress bar even off a terminal"
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=_at_least_one,
+        metavar="N",
+        help=f"steps between checkpoints (default {DEFAULT_CHECKPOINT_EVERY})",
+    )
+    corpus_options(p)
+    p.set_defaults(handler=cmd_replay)
+
+    d = subparsers.add_parser("diff", help="the first divergence between two traces")
+    d.add_argument("a", metavar="A")
+    d.add_argument("b", metavar="B")
+    d.add_argument("--exact", action="store_true", help="compare event times and state digests too")
+    d.set_defaults(handler=cmd_diff)
+
+    s = subparsers.add_parser("show", help="a trace's timeline, one row per round")
+    s.add_argument("trace", metavar="TRACE")
+    s.add_argument(
+        "--summary",
+        action="store_true",
+        help="totals per round kind, tools by name and tokens instead of the rows",
+    )
+    s.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every round (past {SHOW_ALL_UP_TO} rounds only the first and last {SHOW_ENDS} are shown)",
+    )
+    s.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write the timeline and the machine's diagram as one self-contained HTML file",
+    )
+    s.set_defaults(handler=cmd_show)
+
+    st = subparsers.add_parser(
+        "stats", help="transition, terminal, compaction and token counts over traces"
+    )
+    st.add_argument("dir", metavar="DIR", nargs="+", help="directories, traces, @LIST files")
+    corpus_options(st, progress=True)
+    st.set_defaults(handler=cmd_stats)
+
+    r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")
+    r.add_argument("trace", metavar="TRACE")
+    r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
+    r.add_argument("--workspace", metavar="DIR", help="default: the one recorded in the trace")
+    r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
+    from steploop.effects.cli_drive import add_permission_args, add_stop_hook_args
+
+    add_permission_args(r)
+    add_stop_hook_args(r)
+    r.set_defaults(handler=cmd_resume)
+    return dict(TRACE_COMMANDS)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run one trace command (what ``steploop`` does for these commands)."""
+    from steploop.effects.cli import printable
+
+    out = printable(out or sys.stdout)
+    parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args, out))
+    except (CliError, SteploopError) as e:
+        print(f"steploop: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("steploop: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

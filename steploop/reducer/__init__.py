@@ -1,0 +1,45 @@
+"""steploop's pure core: ``start(request, config, session)`` and ``step(state, event, config)``.
+
+No I/O, no clock, no randomness: everything the machine needs arrives in its arguments.
+"""
+
+from steploop.reducer.config import (
+    PROFILES,
+    Compat,
+    Gates,
+    LoopConfig,
+    RetryPolicy,
+    claude_code_2_1_88,
+    default,
+    full,
+    profile,
+)
+from steploop.reducer.conversation import Conversation
+from steploop.reducer.errors import ConfigError, IllegalEvent, SteploopError
+from steploop.reducer.machine import TABLE, allowed_events, start, step
+from steploop.reducer.state import PHASES, LoopState, Phase, Request, Session
+
+__all__ = [
+    "PHASES",
+    "PROFILES",
+    "TABLE",
+    "Compat",
+    "ConfigError",
+    "Conversation",
+    "Gates",
+    "IllegalEvent",
+    "LoopConfig",
+    "LoopState",
+    "Phase",
+    "Request",
+    "RetryPolicy",
+    "Session",
+    "SteploopError",
+    "allowed_events",
+    "claude_code_2_1_88",
+    "default",
+    "full",
+    "profile",
+    "start",
+    "step",
+]

@@ -1,0 +1,314 @@
+"""The conversation: a persistent, append-only value with a chained digest (specs/ R-COST-1..3).
+
+Appending is O(1): a new node points at the previous one and carries the running length, the
+chained digest and the running token estimate. Equality is O(1) on (length, digest). Effects such
+as ``CallModel`` carry a ``Conversation`` without copying it; the shell materialises it once with
+:meth:`Conversation.messages`.
+
+Token accounting follows the reference (specs/ R-TOK-1): the context size is the usage total of
+the last response with real usage, anchored at the *first* record of that response, plus a rough
+estimate (UTF-16 length / 4, rounded half up; images 2,000; an opaque block its JSON text) of
+every message after the anchor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from steploop.reducer.canonical import chain_digest
+from steploop.reducer.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    Block,
+    ImageBlock,
+    Message,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    SystemMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+
+__all__ = ["EMPTY_DIGEST", "Conversation", "estimate_message", "estimate_text"]
+
+EMPTY_DIGEST = b"\x00" * 16
+SYNTHETIC_MODEL = "<synthetic>"
+IMAGE_TOKENS = 2_000
+
+
+# A prebuilt encoder: json.dumps with non-default arguments builds a new encoder per call.
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _utf16_len(s: str) -> int:
+    if s.isascii():
+        return len(s)
+    return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
+
+
+def estimate_text(s: str) -> int:
+    """round(UTF-16 length / 4), half up (reference rough estimate)."""
+    return (_utf16_len(s) + 2) // 4
+
+
+def _text_of(b: Any) -> str:
+    return b.text  # type: ignore[no-any-return]
+
+
+def _content_of(b: Any) -> str:
+    return b.content  # type: ignore[no-any-return]
+
+
+def _tool_use_text(b: Any) -> str:
+    return b.name + _compact_json(b.input)  # type: ignore[no-any-return]
+
+
+def _thinking_of(b: Any) -> str:
+    return b.thinking  # type: ignore[no-any-return]
+
+
+def _data_of(b: Any) -> str:
+    return b.data  # type: ignore[no-any-return]
+
+
+def _raw_of(b: Any) -> str:
+    return b.raw  # type: ignore[no-any-return]
+
+
+# The text each block kind is estimated on (one dict lookup per block on the append path).
+_BLOCK_TEXT: dict[type, Any] = {
+    TextBlock: _text_of,
+    ToolResultBlock: _content_of,
+    ToolUseBlock: _tool_use_text,
+    ThinkingBlock: _thinking_of,
+    RedactedThinkingBlock: _data_of,
+    # the reference estimates a block it has no rule for on its JSON text; a text block's
+    # citations are not counted (only its text), as in the reference
+    OpaqueBlock: _raw_of,
+}
+
+
+def _estimate_block(b: Block) -> int:
+    text_of = _BLOCK_TEXT.get(type(b))
+    if text_of is not None:
+        return estimate_text(text_of(b))
+    if isinstance(b, ImageBlock):
+        return IMAGE_TOKENS
+    raise TypeError(type(b).__name__)
+
+
+def estimate_message(m: Message) -> int:
+    """Rough token estimate of one message; system notices are never sent, so count 0."""
+    cls = type(m)
+    if cls is UserMessage or cls is AssistantMessage:
+        content = m.content  # type: ignore[union-attr]
+        if len(content) == 1:
+            return _estimate_block(content[0])
+        return sum(_estimate_block(b) for b in content)
+    if cls is AttachmentMessage:
+        data = m.data  # type: ignore[union-attr]
+        return estimate_text(" ".join(f"{k}={v}" for k, v in data)) if data else 0
+    return 0
+
+
+def _has_real_usage(m: Message) -> bool:
+    return (
+        isinstance(m, AssistantMessage)
+        and m.usage is not None
+        and m.model != SYNTHETIC_MODEL
+        and m.api_error is None
+    )
+
+
+_set = object.__setattr__
+_new = object.__new__
+
+
+class Conversation:
+    """An immutable message sequence. Build with :meth:`empty` / :meth:`of` / :meth:`append`.
+
+    Each node is one message on top of its predecessor. The chained digest is computed lazily
+    (on first use of :attr:`digest`, for every node back to the last one that has it), so a
+    live run that never asks for digests never pays for the canonical encoding; a replay that
+    asks at every step pays once per message, as before.
+    """
+
+    # Nodes keep their fields in the instance dict (no __slots__): a node is built with one
+    # dict display instead of one __setattr__ per field, and the class refuses assignment.
+    prev: Conversation | None
+    last: Message | None
+    length: int
+    _digest: bytes | None
+    est_total: int
+    anchor_usage: int | None
+    est_at_anchor: int
+    # Bookkeeping for the anchor rule: the response the last assistant record belongs to and
+    # the running estimate right after its first record.
+    run_response_id: str | None
+    est_after_run_first: int
+
+    def __init__(
+        self,
+        *,
+        prev: Conversation | None,
+        last: Message | None,
+        length: int,
+        digest: bytes | None,
+        est_total: int,
+        anchor_usage: int | None,
+        est_at_anchor: int,
+        run_response_id: str | None,
+        est_after_run_first: int,
+    ) -> None:
+        """A node; ``digest=None`` means "computed from ``prev`` and ``last`` when asked"."""
+        if digest is None and (last is None or prev is None):
+            raise ValueError("a conversation node without a digest needs prev and last")
+        _set(
+            self,
+            "__dict__",
+            {
+                "prev": prev,
+                "last": last,
+                "length": length,
+                "_digest": digest,
+                "est_total": est_total,
+                "anchor_usage": anchor_usage,
+                "est_at_anchor": est_at_anchor,
+                "run_response_id": run_response_id,
+                "est_after_run_first": est_after_run_first,
+            },
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise attrs.exceptions.FrozenInstanceError()
+
+    def __delattr__(self, name: str) -> None:
+        raise attrs.exceptions.FrozenInstanceError()
+
+    @property
+    def digest(self) -> bytes:
+        """The chained digest H(prev.digest || canonical(last)) (R-COST-2)."""
+        d = self._digest
+        return d if d is not None else self._fill_digests()
+
+    def _fill_digests(self) -> bytes:
+        pending: list[Conversation] = []
+        node: Conversation = self
+        while node._digest is None:
+            pending.append(node)
+            assert node.prev is not None
+            node = node.prev
+        d = node._digest
+        for n in reversed(pending):
+            d = chain_digest(d, n.last)
+            n.__dict__["_digest"] = d
+        return d
+
+    @staticmethod
+    def empty() -> Conversation:
+        return _EMPTY
+
+    @staticmethod
+    def of(messages: Any) -> Conversation:
+        c = _EMPTY
+        for m in messages:
+            c = c.append(m)
+        return c
+
+    def append(self, m: Message) -> Conversation:
+        est = self.est_total + estimate_message(m)
+        run_id = self.run_response_id
+        after_first = self.est_after_run_first
+        if isinstance(m, AssistantMessage):
+            if m.response_id != run_id:
+                run_id = m.response_id
+                after_first = est
+        anchor_usage = self.anchor_usage
+        est_at_anchor = self.est_at_anchor
+        if _has_real_usage(m):
+            assert isinstance(m, AssistantMessage) and m.usage is not None
+            anchor_usage = m.usage.total
+            est_at_anchor = after_first
+        c = _new(Conversation)
+        _set(
+            c,
+            "__dict__",
+            {
+                "prev": self,
+                "last": m,
+                "length": self.length + 1,
+                "_digest": None,
+                "est_total": est,
+                "anchor_usage": anchor_usage,
+                "est_at_anchor": est_at_anchor,
+                "run_response_id": run_id,
+                "est_after_run_first": after_first,
+            },
+        )
+        return c
+
+    def extend(self, ms: Any) -> Conversation:
+        c = self
+        for m in ms:
+            c = c.append(m)
+        return c
+
+    def token_count(self) -> int:
+        """Context size: last real usage + estimate of what came after (R-TOK-1)."""
+        if self.anchor_usage is None:
+            return self.est_total
+        return self.anchor_usage + (self.est_total - self.est_at_anchor)
+
+    def reversed(self) -> Iterator[Message]:
+        node: Conversation | None = self
+        while node is not None and node.last is not None:
+            yield node.last
+            node = node.prev
+
+    def messages(self) -> tuple[Message, ...]:
+        """All messages in order (O(n)); for the shell, not for the reducer's hot path."""
+        out = list(self.reversed())
+        out.reverse()
+        return tuple(out)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages())
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Conversation):
+            return NotImplemented
+        return self.length == other.length and self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"Conversation.of({list(self.messages())!r})"
+
+    def __canonical__(self) -> dict[str, Any]:
+        return {"length": self.length, "digest": self.digest.hex()}
+
+
+_EMPTY = Conversation(
+    prev=None,
+    last=None,
+    length=0,
+    digest=EMPTY_DIGEST,
+    est_total=0,
+    anchor_usage=None,
+    est_at_anchor=0,
+    run_response_id=None,
+    est_after_run_first=0,
+)
+
+_ = SystemMessage  # system notices are part of the conversation but estimate to 0
