@@ -930,8 +930,10 @@ class AnthropicModelClient:
     def api_ids(self, call_id: int) -> tuple[str | None, str | None]:
         """The API's message id (``msg_...``) and request id (the ``request-id`` header,
         ``req_...``) of call ``call_id``'s response, taken once; None for what the API did not
-        give (or a response that did not end). The transcript writes them as ``message.id``
-        and ``requestId``; the ids of the last few calls are kept."""
+        give (or a response that has not started). Known from the response's ``message_start``
+        on, as Claude Code knows them when it writes a block's record before the response
+        ends. The transcript writes them as ``message.id`` and ``requestId``; the ids of the
+        last few calls are kept."""
         return self._api_ids.pop(call_id, (None, None))
 
     def _keep_ids(self, call_id: int, message_id: str | None, headers: object) -> None:
@@ -1056,6 +1058,8 @@ class AnthropicModelClient:
                     failure = self._error_event(call_id, payload)
                     break
                 block_event = assembler.feed(name, payload)
+                if name == "message_start":  # the ids are known from here (TR-2)
+                    self._keep_ids(call_id, assembler.message_id, response.headers)
                 if block_event is not None:
                     yield block_event
                 elif assembler.ready:  # message_start held complete blocks [defect: none lost]

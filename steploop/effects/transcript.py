@@ -51,7 +51,7 @@ from typing import IO, Any
 
 import anyio.to_thread
 
-from steploop.reducer.effects import Compact, Effect
+from steploop.reducer.effects import CallModel, Compact, Effect
 from steploop.reducer.events import (
     CompactionFinished,
     Event,
@@ -299,6 +299,8 @@ class TranscriptWriter:
         self._path = Path(path)
         self._session_id = str(uuid.uuid4()) if session_id is None else session_id
         self._api_ids = api_ids
+        self._ids_of: tuple[int, tuple[str | None, str | None]] = (-1, (None, None))
+        self._call_id: int | None = None  # the model call streaming now (its records held)
         self._cwd = cwd
         self._version = version
         self._clock = clock
@@ -360,6 +362,8 @@ class TranscriptWriter:
             for effect in effects:
                 if isinstance(effect, Compact):
                     self._compacts[effect.compact_id] = effect
+                elif isinstance(effect, CallModel):
+                    self._call_id = effect.call_id
             if isinstance(event, ModelResponseEnded):
                 call_id = getattr(getattr(state, "round", None), "call_id", event.call_id)
                 if event.call_id == call_id and self._pending:
@@ -404,11 +408,21 @@ class TranscriptWriter:
             if k == len(self._pending) - 1:
                 record["message"]["stop_reason"] = e.stop_reason
 
+    def _ids(self, call_id: int) -> tuple[str | None, str | None]:
+        """The API's ids of call ``call_id``, asked of the model client once they exist (they
+        do from the response's start) and kept for the call's later records."""
+        if self._ids_of[0] == call_id:
+            return self._ids_of[1]
+        if self._api_ids is None:
+            return (None, None)
+        ids = self._api_ids(call_id)
+        if ids != (None, None):
+            self._ids_of = (call_id, ids)
+        return ids
+
     def _stamp_ids(self, call_id: int) -> None:
         """The API's ids of the response, where the model client has them."""
-        if self._api_ids is None:
-            return
-        message_id, request_id = self._api_ids(call_id)
+        message_id, request_id = self._ids(call_id)
         for _, record in self._pending:
             if isinstance(message_id, str) and message_id:
                 record["message"]["id"] = message_id
@@ -417,6 +431,10 @@ class TranscriptWriter:
 
     def _flush_pending(self) -> None:
         if self._pending:
+            # Written before its response ended (a tool result or a notice came first): the
+            # records still carry the response's ids, which exist from its start [TR-2].
+            if self._call_id is not None:
+                self._stamp_ids(self._call_id)
             records = [r for _, r in self._pending]
             self._pending = []
             self._write_records(records)

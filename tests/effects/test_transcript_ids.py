@@ -147,4 +147,56 @@ def test_a_writer_without_an_id_makes_a_uuid(tmp_path: Path) -> None:
     w = TranscriptWriter(tmp_path / "t.jsonl", cwd="/", version="v")
     assert uuid.UUID(w.session_id).version == 4
     assert TranscriptWriter(tmp_path / "u.jsonl", cwd="/", version="v").session_id != w.session_id
-    assert TranscriptWriter(tmp_path / "v.jsonl", session_id="s", cwd="/", version="v").session_id == "s"
+    assert (
+        TranscriptWriter(tmp_path / "v.jsonl", session_id="s", cwd="/", version="v").session_id
+        == "s"
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.spec("TR-2")
+async def test_the_client_knows_the_ids_from_the_responses_start(
+    sdk: anthropic.AsyncAnthropic, server: MessagesServer
+) -> None:
+    """The ids are the client's from message_start on, before the response ends: the first
+    block's event already finds them."""
+    client = AnthropicModelClient(sdk, traits_for=_traits)
+    script = response_script(text_block("hello"), text_block("again"), message_id="msg_01Early")
+    server.enqueue(_answer(script, "req_011CEarly"))
+    async with aclosing(client.stream(_call(True))) as events:
+        first = await anext(events)
+        assert first.TAG == "model_block_received"
+        assert client.api_ids(7) == ("msg_01Early", "req_011CEarly")
+        _ = [e async for e in events]
+
+
+@pytest.mark.spec("TR-2")
+def test_records_written_before_their_response_ends_carry_its_ids(tmp_path: Path) -> None:
+    """A tool result written while its response still streams (a safe tool that finished
+    first) flushes the response's held records: they carry the API's ids all the same."""
+    from steploop.reducer.events import ModelResponseEnded
+    from steploop.reducer.messages import AssistantMessage, ToolResultBlock, ToolUseBlock, Usage
+
+    asked: list[int] = []
+
+    def ids(call_id: int) -> tuple[str | None, str | None]:
+        asked.append(call_id)
+        return ("msg_01Held", "req_011CHeld")
+
+    path = tmp_path / "t.jsonl"
+    w = TranscriptWriter(path, session_id="s", cwd="/", version="v", api_ids=ids)
+    w.observe(None, None, (_call(True),))
+    use = ToolUseBlock(id="toolu_1", name="Read", input={})
+    w.record(AssistantMessage(id="m2", response_id="r7", model="m", content=(use,)))
+    result = ToolResultBlock(tool_use_id="toolu_1", content="alpha")
+    w.record(UserMessage(id="m3", content=(result,), origin="tool_result"))
+    w.record(
+        AssistantMessage(id="m4", response_id="r7", model="m", content=(TextBlock(text="ok"),))
+    )
+    ended = ModelResponseEnded(call_id=7, model="m", stop_reason="end_turn", usage=Usage())
+    w.observe(ended, None, ())
+    w.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assistant = [(r["message"]["id"], r["requestId"]) for r in records if r["type"] == "assistant"]
+    assert assistant == [("msg_01Held", "req_011CHeld")] * 2
+    assert asked == [7]  # asked once, kept for the call's later records
