@@ -57,7 +57,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import anthropic
 import anyio
@@ -551,6 +551,7 @@ class _Partial:
         "citations",
         "data",
         "delta",
+        "folds",
         "id",
         "input",
         "kind",
@@ -561,6 +562,7 @@ class _Partial:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self.folds: list[dict[str, Any]] = []  # an opaque block's other deltas, in order
         self.parts: list[str] = []
         self.signature: list[str] = []
         self.id = ""
@@ -652,6 +654,28 @@ def block_from_api(
     return ModelBlockReceived(call_id=call_id, block=_opaque(value), model=model, at_ms=at_ms)
 
 
+_SET_BY_DELTA: Final = frozenset({"compaction_delta"})
+"""Deltas whose fields replace the block's (the SDK's accumulator sets a compaction block's
+``content`` and ``encrypted_content`` from its ``compaction_delta``)."""
+
+
+def _fold_delta(block: dict[str, Any], delta: dict[str, Any]) -> None:
+    """Fold one delta of an opaque block into the block [R-BLOCK-1]: every field but ``type``
+    is set on the block (a ``compaction_delta``'s summary and encrypted content), except that a
+    string extends a string the block already holds when the delta kind is not one that sets
+    (a delta kind this client does not know is taken as the text deltas are: appended). No
+    field the stream sent is lost, so the block goes back to the API as it was received."""
+    sets = delta.get("type") in _SET_BY_DELTA
+    for field, value in delta.items():
+        if field == "type":
+            continue
+        held = block.get(field)
+        if not sets and isinstance(value, str) and isinstance(held, str):
+            block[field] = held + value
+        else:
+            block[field] = value
+
+
 class _Assembler:
     """Folds the stream's decoded event payloads into reducer events for one call."""
 
@@ -723,7 +747,9 @@ class _Assembler:
                 if partial.citations is None:
                     partial.citations = []
                 partial.citations.append(delta.get("citation"))
-            return None  # unknown deltas carry nothing steploop can fold in
+            elif partial.kind == "opaque":  # compaction_delta, and kinds steploop does not know
+                partial.folds.append(delta)
+            return None  # other deltas of a modelled block carry nothing it can hold
         if name == "content_block_start":
             self._start(payload)
             return None
@@ -840,6 +866,8 @@ class _Assembler:
             block["signature"] = "".join(p.signature)
         if p.citations is not None:
             block["citations"] = p.citations
+        for delta in p.folds:
+            _fold_delta(block, delta)
         return ModelBlockReceived(
             call_id=self.call_id,
             block=_opaque(block),

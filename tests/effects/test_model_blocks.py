@@ -467,3 +467,62 @@ async def test_cut_off_server_tool_input_is_dropped(
     first = events[0]
     assert isinstance(first, ModelBlockReceived) and first.input_complete is False
     assert isinstance(first.block, OpaqueBlock)
+
+
+COMPACTION_START = {"type": "compaction", "content": None}
+COMPACTION_SUMMARY = "The user asked to fix the parser; tests pass now."
+
+
+def compaction_script(*deltas: dict[str, Any]) -> StreamScript:
+    return response_script(
+        BlockSpec(COMPACTION_START, deltas), text_block("Continuing."), stop_reason="end_turn"
+    )
+
+
+@pytest.mark.spec("R-BLOCK-1", "R-BLOCK-2")
+@pytest.mark.anyio
+async def test_a_streamed_compaction_block_keeps_its_summary(
+    server: MessagesServer, sdk: anthropic.AsyncAnthropic
+) -> None:
+    """A compaction block's compaction_delta is folded in (content and encrypted content set, as
+    the SDK's accumulator does) and the block is sent back with its summary, never with
+    ``content: null``."""
+    delta = {
+        "type": "compaction_delta",
+        "content": COMPACTION_SUMMARY,
+        "encrypted_content": "EqQBCkgIBRAB",
+    }
+    server.enqueue(compaction_script(delta), response_script(text_block("ok")))
+    c = client(sdk)
+    got = blocks(await collect(c, call(PROMPT)))
+    whole = {
+        "type": "compaction",
+        "content": COMPACTION_SUMMARY,
+        "encrypted_content": "EqQBCkgIBRAB",
+    }
+    assert got[0] == OpaqueBlock(block_type="compaction", raw=compact(whole))
+    records = [
+        AssistantMessage(id=f"a{i}", response_id="r1", model=MODEL, content=(b,))
+        for i, b in enumerate(got)
+    ]
+    follow = UserMessage(id="u2", content=(TextBlock(text="Go on."),))
+    await collect(c, call(PROMPT, *records, follow, call_id=2))
+    sent = server.requests[1].json["messages"][1]["content"][0]
+    assert sent == whole
+
+
+@pytest.mark.spec("R-BLOCK-1")
+@pytest.mark.anyio
+async def test_an_unknown_delta_of_an_opaque_block_is_kept(
+    server: MessagesServer, sdk: anthropic.AsyncAnthropic
+) -> None:
+    """A delta kind the client does not know is not dropped: its strings extend the block's
+    strings, its other fields are set."""
+    start = {"type": "future_block", "note": "a", "count": 0}
+    deltas = (
+        {"type": "future_delta", "note": "b", "count": 1},
+        {"type": "future_delta", "note": "c", "extra": [1]},
+    )
+    server.enqueue(response_script(BlockSpec(start, deltas)))
+    (got,) = blocks(await collect(client(sdk), call(PROMPT)))
+    assert json.loads(got.raw) == {"type": "future_block", "note": "abc", "count": 1, "extra": [1]}
