@@ -30,7 +30,8 @@ steploop sees the supervisor end otherwise than asked (a supervisor ends with st
 reports it (:attr:`ProcessTree.lost`) and kills, through pidfds, every process still in the
 supervisor's session or the command's process group (:func:`kill_session_and_groups`); a
 process that had left the session (``setsid``, a daemon) survives. A command that stops the
-supervisor (``SIGSTOP``) only delays the end: closing sends it ``SIGCONT`` first. Containing a
+supervisor (``SIGSTOP``) only delays the end to the call's timeout: closing sends it
+``SIGCONT`` first (through a pidfd). Containing a
 command that means to escape needs a sandbox (a container, a PID namespace): it has other ways
 out no supervision can close, starting a process through another service (``systemd-run``,
 ``at``, ``crontab``, an ``ssh`` to this host), which is no descendant.
@@ -223,6 +224,10 @@ class ProcessTree(anyio.abc.Process):
         self._buffer = b""
         self._closed = False
         self._supervisor_pid_lost: int | None = None
+        self._pidfd = -1  # the supervisor's, to signal it without hitting a reused pid
+        if ctl is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                self._pidfd = os.pidfd_open(process.pid)
         self.mechanism = mechanism
         self.lost: str | None = None
         """What broke the supervision, in words (None when nothing did): the command's parent
@@ -294,6 +299,9 @@ class ProcessTree(anyio.abc.Process):
                 self._closed = True
                 await self._kill_all()
             await self._process.aclose()
+            if self._pidfd >= 0:
+                os.close(self._pidfd)
+                self._pidfd = -1
 
     async def _kill_all(self) -> None:
         ctl = self._ctl
@@ -302,8 +310,10 @@ class ProcessTree(anyio.abc.Process):
                 os.killpg(self._pid, signal.SIGKILL)
             return
         supervisor = self._process.pid
-        with contextlib.suppress(OSError):
-            os.kill(supervisor, signal.SIGCONT)  # a command may have stopped it
+        send = getattr(signal, "pidfd_send_signal", None)
+        if self._pidfd >= 0 and send is not None:
+            with contextlib.suppress(OSError):
+                send(self._pidfd, signal.SIGCONT)  # a command may have stopped it
         with contextlib.suppress(OSError):
             ctl.send(b"kill\n")
         with anyio.move_on_after(_CLOSE_GRACE_S):

@@ -387,3 +387,23 @@ async def test_commands_get_the_signals_python_ignores_back(tmp_path: Path) -> N
         {"command": "yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}"}, ctx(tmp_path)
     )
     assert out == ToolOutput(content="141\n")
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_a_stopped_supervisor_is_woken_to_kill_its_tree(
+    tmp_path: Path, reap_survivors: list[int]
+) -> None:
+    """A command that stops its supervisor (SIGSTOP) delays the end to the call's timeout;
+    closing wakes it (SIGCONT), so even a child in a new session is killed (killing a stopped
+    supervisor from outside would leave that child to init)."""
+    bash = Bash(workspace=tmp_path, timeout_s=1.0)
+    command = (
+        "setsid sleep 60 >/dev/null 2>&1 & echo $! > b.pid; "
+        "kill -STOP $(cut -d ' ' -f 6 /proc/$$/stat); sleep 60"
+    )
+    out = await bash.call({"command": command}, ctx(tmp_path))
+    assert out.is_error and "timed out after 1 s" in out.content
+    pids = read_pids(tmp_path, ["b.pid"])
+    reap_survivors.extend(pids)
+    assert wait_gone(pids) == []
