@@ -8,17 +8,28 @@ library, so it starts without the package or its dependencies.
 It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): every process the
 command starts, however it detaches (``setsid``, a double fork, its own process group), stays
 in its tree, because an orphan is reparented to the nearest subreaper instead of to init.
-The command runs in its own process group with ``PR_SET_PDEATHSIG = SIGKILL`` (it dies with
-the supervisor). The supervisor then passes the command's exit status to steploop over the
-control socket and waits for the word to end: ``kill`` on the socket, or the socket's end of
-file, which is also what it sees when steploop dies, even by ``kill -9``. Either way it kills
-every process of its tree, its session and the command's process group (found in ``/proc``,
-each checked again through a pidfd before the signal, so a reused pid is never hit), reaps
-them and exits.
+
+It does not start the command itself: it forks a *shim* (a copy of itself, no exec) that
+forks the command and waits for it, so that the command's parent (``$PPID``) is the shim,
+not the supervisor. The shim dies with the supervisor and the command with the shim (both
+carry ``PR_SET_PDEATHSIG = SIGKILL``); the command runs in its own process group. A command
+that kills its parent (``kill -9 $PPID``) thus kills the shim and itself, and leaves the
+supervisor standing with everything the command started reparented to it: the supervisor
+sees the shim end without the command's status, says so to steploop (``shim PID CODE``) and
+kills the tree.
+
+The supervisor passes the command's status to steploop over the control socket and waits for
+the word to end: ``kill`` on the socket, or the socket's end of file, which is also what it
+sees when steploop dies, even by ``kill -9``. Either way it kills every process of its tree,
+its session and the command's process group (found in ``/proc``, each checked again through
+a pidfd before the signal, so a reused pid is never hit), reaps them and exits with status 0;
+any other end of the supervisor (a signal) tells steploop that it was killed.
 
 Messages, one per line, ASCII: to steploop ``pid N``, ``exit N``, ``signal N``, ``error
-ERRNO`` (the command could not be started), ``mode group`` (no subreaper: only the session and
-the group are covered); from steploop ``kill`` and ``signal N`` (forwarded to the command).
+ERRNO`` (the command could not be started), ``shim PID CODE`` (the shim ended without the
+command's status: ``CODE`` is its exit code, minus the signal that killed it), ``mode group``
+(no subreaper: only the session and the group are covered); from steploop ``kill`` and
+``signal N`` (forwarded to the command).
 """
 
 from __future__ import annotations
@@ -186,7 +197,54 @@ def _kill(pid: int, tree: set[int], me: int, group: int) -> bool:
     return False
 
 
-def _reap(main: int, ctl: int, state: dict[str, int | None]) -> bool:
+class _Watch:
+    """What the supervisor knows of its command: the command's pid and the shim's, and what
+    was said to steploop about them."""
+
+    def __init__(self, ctl: int, shim: int, status_r: int) -> None:
+        self.ctl = ctl
+        self.shim = shim
+        self.status_r = status_r
+        self.command = -1
+        self.reported = False  # the command's status was sent
+        self.lost = False  # the shim ended before it could say how the command ended
+        self.closing = False  # the supervisor is killing the tree itself (the shim too)
+
+    def report(self, status: int) -> None:
+        if self.reported:
+            return
+        self.reported = True
+        if os.WIFSIGNALED(status):
+            _send(self.ctl, f"signal {os.WTERMSIG(status)}")
+        else:
+            _send(self.ctl, f"exit {os.waitstatus_to_exitcode(status)}")
+
+    def shim_ended(self, status: int) -> None:
+        """The shim is reaped: what it wrote (the command's wait status) is read; nothing
+        written and an abnormal end (a signal, a non-zero exit) means it was killed, most
+        likely by the command itself (``kill $PPID``)."""
+        data = b""
+        while self.status_r >= 0:
+            try:
+                chunk = os.read(self.status_r, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:  # every writer is gone: the shim ended, the command closed its copy
+                os.close(self.status_r)
+                self.status_r = -1
+                break
+            data += chunk
+        words = data.split()
+        if words and words[0].lstrip(b"-").isdigit():
+            self.report(int(words[0]))
+        elif status != 0 and not self.reported and not self.closing:
+            self.lost = True
+            _send(self.ctl, f"shim {self.shim} {os.waitstatus_to_exitcode(status)}")
+
+
+def _reap(watch: _Watch) -> bool:
     """Reap every child that has ended; report the command's status. False when no child
     is left."""
     while True:
@@ -198,22 +256,18 @@ def _reap(main: int, ctl: int, state: dict[str, int | None]) -> bool:
             continue
         if pid == 0:
             return True
-        if pid == main and state.get("status") is None:
-            state["status"] = status
-            if os.WIFSIGNALED(status):
-                _send(ctl, f"signal {os.WTERMSIG(status)}")
-            else:
-                _send(ctl, f"exit {os.waitstatus_to_exitcode(status)}")
+        if pid == watch.shim:
+            watch.shim_ended(status)
+        elif pid == watch.command:  # the shim died first, so its orphan came to us
+            watch.report(status)
 
 
-def _kill_all(
-    me: int, group: int, main: int, ctl: int, state: dict[str, int | None], subreaper: bool
-) -> None:
+def _kill_all(me: int, group: int, watch: _Watch, subreaper: bool) -> None:
     deadline = time.monotonic() + KILL_FOR_S
     while True:
         victims, tree = _victims(me, group, subreaper)
         if not victims:
-            if not _reap(main, ctl, state):
+            if not _reap(watch):
                 return
             # Only zombies left that are not ours to reap yet: their parents are dying.
             if time.monotonic() > deadline:
@@ -221,12 +275,88 @@ def _kill_all(
             time.sleep(0.002)
             continue
         signalled = [_kill(pid, tree, me, group) for pid in victims]
-        if not _reap(main, ctl, state) and not any(signalled):
+        if not _reap(watch) and not any(signalled):
             return
         if time.monotonic() > deadline:
             return
         if not any(signalled):
             time.sleep(0.002)  # zombies whose parents are still dying
+
+
+def _command(shim: int, prctl: Any, command: list[str], report: int) -> None:
+    """In the command's process (the shim's child): its own process group, death with the
+    shim, the signals Python ignores given back (as ``subprocess`` does), its pid said, exec."""
+    try:
+        os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != shim:
+            os._exit(127)
+        for sig in ("SIGPIPE", "SIGXFSZ"):
+            if hasattr(signal, sig):
+                signal.signal(getattr(signal, sig), signal.SIG_DFL)
+        os.write(report, f"pid {os.getpid()}\n".encode("ascii"))
+        os.execvp(command[0], command)
+    except OSError as exc:
+        os.write(report, f"error {exc.errno or 0}\n".encode("ascii"))
+    except BaseException:
+        os.write(report, b"error 0\n")
+    os._exit(127)
+
+
+def _shim(
+    supervisor: int, prctl: Any, command: list[str], report: int, status_w: int, drop: list[int]
+) -> None:
+    """In the shim (the supervisor's child, the command's parent): start the command, let go
+    of its streams, wait for it and write its wait status to the supervisor. ``$PPID`` in
+    the command is this process: killing it kills the command (its parent-death signal) and
+    leaves the supervisor, and all it reaps, standing."""
+    try:
+        for fd in drop:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != supervisor:
+            os._exit(1)
+        me = os.getpid()
+        try:
+            child = os.fork()
+        except OSError as exc:
+            os.write(report, f"error {exc.errno or 0}\n".encode("ascii"))
+            os._exit(0)
+        if child == 0:
+            os.close(status_w)
+            _command(me, prctl, command, report)
+        os.close(report)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        while True:
+            try:
+                _, status = os.waitpid(child, 0)
+                break
+            except InterruptedError:
+                continue
+        os.write(status_w, f"{status}\n".encode("ascii"))
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+
+
+def _read_to_end(fd: int) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 256)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return data
+        data += chunk
 
 
 def main(argv: list[str]) -> int:
@@ -253,52 +383,37 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, on_term)
 
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the command
-        try:
-            os.close(err_r)
-            os.setpgid(0, 0)
-            if prctl is not None:
-                prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # type: ignore[operator]
-            if os.getppid() != me:
-                os._exit(127)
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execvp(command[0], command)
-        except OSError as exc:
-            os.write(err_w, str(exc.errno or 0).encode())
-        except BaseException:
-            os.write(err_w, b"0")
-        os._exit(127)
-    os.close(err_w)
-    failure = b""
-    while True:
-        try:
-            chunk = os.read(err_r, 64)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        failure += chunk
-    os.close(err_r)
-    state: dict[str, int | None] = {"status": None}
-    if failure:
-        _send(ctl, f"error {failure.decode('ascii', 'replace')}")
-        _kill_all(me, pid, pid, ctl, state, subreaper)
+    # The command says its pid (or why it could not start) here; its exec closes it.
+    report_r, report_w = os.pipe()
+    # The shim writes the command's wait status here, then exits.
+    status_r, status_w = os.pipe()
+    shim = os.fork()
+    if shim == 0:
+        _shim(me, prctl, command, report_w, status_w, [ctl, wake_r, wake_w, report_r, status_r])
+    os.close(report_w)
+    os.close(status_w)
+    words = _read_to_end(report_r).decode("ascii", "replace").split()
+    os.close(report_r)
+    watch = _Watch(ctl, shim, status_r)
+    if words[:1] == ["pid"] and len(words) >= 2 and words[1].isdigit():
+        watch.command = int(words[1])
+    group = watch.command if watch.command > 0 else shim
+    if "error" in words or watch.command < 0:
+        at = words.index("error") if "error" in words else -1
+        code = words[at + 1] if 0 <= at < len(words) - 1 else "0"
+        watch.reported = True  # no status follows an error
+        _send(ctl, f"error {code}")
+        _kill_all(me, group, watch, subreaper)
         return 0
     # The command holds the streams now; steploop must see their end when it lets go.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    _send(ctl, f"pid {pid}")
+    _send(ctl, f"pid {watch.command}")
 
     buffer = b""
-    while True:
-        if ending["term"]:
-            break
+    while not ending["term"] and not watch.lost:
         try:
             ready, _, _ = select.select([ctl, wake_r], [], [])
         except InterruptedError:
@@ -308,7 +423,7 @@ def main(argv: list[str]) -> int:
                 os.read(wake_r, 512)
             except OSError:
                 pass
-        _reap(pid, ctl, state)
+        _reap(watch)
         if ctl in ready:
             try:
                 data = os.read(ctl, 4096)
@@ -326,14 +441,16 @@ def main(argv: list[str]) -> int:
                 if words[:1] == ["kill"]:
                     stop = True
                 elif words[:1] == ["signal"] and len(words) == 2 and words[1].isdigit():
-                    if state["status"] is None:
+                    if not watch.reported:
                         try:
-                            os.kill(pid, int(words[1]))
+                            os.kill(watch.command, int(words[1]))
                         except OSError:
                             pass
             if stop:
                 break
-    _kill_all(me, pid, pid, ctl, state, subreaper)
+    # Done, asked to stop, steploop gone, or the shim killed: nothing of the tree may stay.
+    watch.closing = True
+    _kill_all(me, group, watch, subreaper)
     return 0
 
 

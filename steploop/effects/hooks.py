@@ -246,10 +246,12 @@ class CommandStopHook:
     """A command speaking Claude Code's hook protocol.
 
     ``command`` is a shell command line (run by ``/bin/sh -c``) or an argv list. It runs in
-    ``cwd`` (default: the session's cwd from the payload) with the inherited environment plus
-    ``CLAUDE_PROJECT_DIR`` (the session's cwd, as Claude Code sets it) and ``env`` (a plugin
-    hook's ``CLAUDE_PLUGIN_ROOT``), in a new session so that a timeout or a cancellation can
-    kill the whole process group. A command that uses ``${CLAUDE_PLUGIN_ROOT}`` while it is not
+    ``cwd`` (default: the session's cwd from the payload) with the whole inherited environment,
+    ``ANTHROPIC_API_KEY`` included (Claude Code runs hooks "with Claude Code's environment";
+    Bash commands do not get the key, rule E-ENV-1), plus ``CLAUDE_PROJECT_DIR`` (the session's
+    cwd, as Claude Code sets it) and ``env`` (a plugin hook's ``CLAUDE_PLUGIN_ROOT``), as a
+    :class:`steploop.effects.procs.ProcessTree`, so that a timeout or a cancellation kills it
+    and everything it started. A command that uses ``${CLAUDE_PLUGIN_ROOT}`` while it is not
     set is not started: it is reported as a hook error (it would fail on a missing file).
 
     Exit code 2 blocks with ``[<command>]: <stderr>`` as the feedback (``No stderr output`` when
@@ -312,6 +314,8 @@ class CommandStopHook:
             return StopHookResult(
                 error=f"Stop hook {self.name} timed out after {self.timeout_s:g} s"
             )
+        if process.lost is not None:  # it killed its parent, or the supervisor was killed
+            return StopHookResult(error=f"Stop hook {self.name} failed: {process.outcome}")
         return _interpret(self.name, returncode, _decode(stdout), _decode(stderr))
 
 

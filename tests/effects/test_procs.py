@@ -4,6 +4,7 @@ the call however they detach, and with steploop when it is killed (steploop/effe
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,24 @@ DETACHED = (
 PIDS = ["a.pid", "b.pid", "c.pid"]
 
 
+#: A daemon made the classic way (fork, setsid, fork again, parent exits); it writes d.pid.
+DAEMON_PY = textwrap.dedent(
+    """\
+    import os
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        daemon = os.fork()
+        if daemon == 0:
+            os.execvp("sleep", ["sleep", "60"])
+        with open("d.pid", "w") as f:  # written before the middle exits, so never racing the kill
+            f.write(str(daemon))
+        os._exit(0)
+    os.waitpid(middle, 0)
+    """
+)
+
+
 def ctx(ws: Path) -> ToolContext:
     return ToolContext(workspace=ws, tool_use_id="toolu_1")
 
@@ -106,22 +125,7 @@ async def test_bash_double_fork_daemon_dies_with_the_call(
     tmp_path: Path, reap_survivors: list[int]
 ) -> None:
     """A daemon made the classic way (fork, setsid, fork again, parent exits) dies too."""
-    daemon = textwrap.dedent(
-        """\
-        import os
-        middle = os.fork()
-        if middle == 0:
-            os.setsid()
-            daemon = os.fork()
-            if daemon == 0:
-                os.execvp("sleep", ["sleep", "60"])
-            with open("d.pid", "w") as f:  # written before the middle exits, so never racing the kill
-                f.write(str(daemon))
-            os._exit(0)
-        os.waitpid(middle, 0)
-        """
-    )
-    (tmp_path / "daemon.py").write_text(daemon)
+    (tmp_path / "daemon.py").write_text(DAEMON_PY)
     bash = Bash(workspace=tmp_path)
     out = await bash.call(
         {"command": f"{sys.executable} daemon.py </dev/null >/dev/null 2>&1; echo started"},
@@ -263,5 +267,143 @@ async def test_process_group_fallback(
     )
     assert out == ToolOutput(content="(exit code 4)", is_error=True)
     pids = read_pids(tmp_path, ["a.pid"])
+    reap_survivors.extend(pids)
+    assert wait_gone(pids) == []
+
+
+# -- what a command does to its parent (E-PROC-3) ---------------------------------------------
+
+#: Started before the command turns on its parent: a plain background child, one in a new
+#: session, a double-fork daemon; then the command's own pid, its parent's (the shim) and its
+#: session's (the supervisor) are written.
+BEFORE_KILL = (
+    "sleep 60 >/dev/null 2>&1 & echo $! > a.pid; "
+    "setsid sleep 60 >/dev/null 2>&1 & echo $! > b.pid; "
+    f"{sys.executable} daemon.py </dev/null >/dev/null 2>&1; "
+    "echo $$ > sh.pid; echo $PPID > shim.pid; cut -d ' ' -f 6 /proc/$$/stat > sup.pid; "
+)
+TREE = ["a.pid", "b.pid", "d.pid", "sh.pid", "shim.pid", "sup.pid"]
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_bash_command_that_kills_its_parent_leaves_no_survivor(
+    tmp_path: Path, reap_survivors: list[int]
+) -> None:
+    """``kill -9 $PPID`` from a Bash command used to kill the supervisor, leaving its detached
+    children under init and the result saying only "(exit code -9)"; now the parent is a shim,
+    the supervisor kills the whole tree, and the result says what happened."""
+    (tmp_path / "daemon.py").write_text(DAEMON_PY)
+    bash = Bash(workspace=tmp_path, timeout_s=60)
+    out = await bash.call({"command": BEFORE_KILL + "kill -9 $PPID; echo after"}, ctx(tmp_path))
+    pids = read_pids(tmp_path, TREE)
+    reap_survivors.extend(pids)
+    assert wait_gone(pids) == []
+    shim = pids[TREE.index("shim.pid")]
+    # the shell may still echo and exit (0) before its parent's death signal reaches it
+    assert out.is_error
+    assert re.search(
+        "(?:^|\n)"
+        + re.escape("(exit code ")
+        + "(-9|0)"
+        + re.escape(
+            f"; the command's parent process, pid {shim} (steploop's shim), was killed by "
+            "SIGKILL (signal 9), most likely by the command itself (kill $PPID): the call was "
+            "ended, and every process the command had started was killed)"
+        )
+        + "$",
+        out.content,
+    ), out.content
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_stop_hook_that_kills_its_parent_leaves_no_survivor(
+    tmp_path: Path, reap_survivors: list[int]
+) -> None:
+    """The same from a command stop hook: nothing it started survives, and the hook's error
+    says its parent was killed."""
+    (tmp_path / "daemon.py").write_text(DAEMON_PY)
+    hook = CommandStopHook(BEFORE_KILL + "kill -9 $PPID; exit 0", timeout_s=60, cwd=str(tmp_path))
+    result = await hook(StopHookInput(session_id="s", transcript_path="t.jsonl"))
+    pids = read_pids(tmp_path, TREE)
+    reap_survivors.extend(pids)
+    assert wait_gone(pids) == []
+    assert result.error is not None
+    assert re.match(
+        re.escape(f"Stop hook {hook.name} failed: exit code ")
+        + "(-9|0)"
+        + re.escape("; the command's parent process, pid "),
+        result.error,
+    ), result.error
+    assert "most likely by the command itself (kill $PPID): the call was ended" in result.error
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_a_killed_supervisor_is_reported_and_its_session_killed(
+    tmp_path: Path, reap_survivors: list[int]
+) -> None:
+    """A command that finds its supervisor (its session leader) and kills it: steploop says
+    so, and kills what is still in the supervisor's session or the command's group."""
+    bash = Bash(workspace=tmp_path, timeout_s=60)
+    command = (
+        "sleep 60 >/dev/null 2>&1 & echo $! > a.pid; (sleep 60 >/dev/null 2>&1 &) ; "
+        "echo $$ > sh.pid; cut -d ' ' -f 6 /proc/$$/stat > sup.pid; "
+        "kill -9 $(cat sup.pid); echo after"
+    )
+    out = await bash.call({"command": command}, ctx(tmp_path))
+    pids = read_pids(tmp_path, ["a.pid", "sh.pid", "sup.pid"])
+    reap_survivors.extend(pids)
+    assert wait_gone(pids) == []
+    assert out.is_error
+    assert (
+        f"(exit code -9; steploop's process supervisor, pid {pids[2]}, was killed by SIGKILL "
+        "(signal 9); the command died with it" in out.content
+    )
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_closing_a_running_tree_is_not_reported_as_a_loss(tmp_path: Path) -> None:
+    """Closing kills the shim too; that is no lost supervision: ``lost`` stays None and the
+    command's status is minus SIGKILL."""
+    tree = await open_process_tree(
+        "sleep 60 & sleep 60", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=tmp_path
+    )
+    pid = tree.pid
+    await tree.aclose()
+    assert tree.lost is None and tree.returncode == -signal.SIGKILL
+    assert tree.outcome == "exit code -9"
+    assert wait_gone([pid]) == []
+
+
+@pytest.mark.anyio
+async def test_commands_get_the_signals_python_ignores_back(tmp_path: Path) -> None:
+    """Python ignores SIGPIPE, and an ignored signal stays ignored through exec: ``yes | head``
+    ended ``yes`` with "Broken pipe" (status 1) instead of the signal (141), unlike a shell."""
+    bash = Bash(workspace=tmp_path)
+    out = await bash.call(
+        {"command": "yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}"}, ctx(tmp_path)
+    )
+    assert out == ToolOutput(content="141\n")
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_a_stopped_supervisor_is_woken_to_kill_its_tree(
+    tmp_path: Path, reap_survivors: list[int]
+) -> None:
+    """A command that stops its supervisor (SIGSTOP) delays the end to the call's timeout;
+    closing wakes it (SIGCONT), so even a child in a new session is killed (killing a stopped
+    supervisor from outside would leave that child to init)."""
+    bash = Bash(workspace=tmp_path, timeout_s=1.0)
+    command = (
+        "setsid sleep 60 >/dev/null 2>&1 & echo $! > b.pid; "
+        "kill -STOP $(cut -d ' ' -f 6 /proc/$$/stat); sleep 60"
+    )
+    out = await bash.call({"command": command}, ctx(tmp_path))
+    assert out.is_error and "timed out after 1 s" in out.content
+    pids = read_pids(tmp_path, ["b.pid"])
     reap_survivors.extend(pids)
     assert wait_gone(pids) == []

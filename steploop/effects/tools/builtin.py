@@ -35,7 +35,7 @@ import anyio
 import anyio.abc
 import attrs
 
-from steploop.effects.procs import open_process_tree
+from steploop.effects.procs import open_process_tree, tool_environment
 from steploop.effects.tools.base import Tool, ToolContext, ToolOutput, tool_use_error
 from steploop.effects.tools.confine import Refused, Walker, check_links, os_message, show_name
 from steploop.reducer.events import InterruptBehavior
@@ -761,6 +761,7 @@ class Bash:
     timeout_s: float = 120.0
     max_output_chars: int = 30_000
     shell: str = "/bin/bash"
+    pass_secrets: bool = False  # give the command ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN
 
     @property
     def max_result_chars(self) -> int | None:
@@ -783,6 +784,7 @@ class Bash:
             process = await open_process_tree(
                 [self.shell, "-c", command],
                 cwd=self.workspace,
+                env=tool_environment(pass_secrets=self.pass_secrets),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -811,8 +813,8 @@ class Bash:
                 is_error=True,
             )
         code = process.returncode
-        if code:
-            return ToolOutput(content=f"{output}\n(exit code {code})".lstrip("\n"), is_error=True)
+        if code or process.lost:
+            return ToolOutput(content=f"{output}\n({process.outcome})".lstrip("\n"), is_error=True)
         return ToolOutput(content=output)
 
 
