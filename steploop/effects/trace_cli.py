@@ -11,7 +11,6 @@ is no": a replay mismatch or divergence, or two traces that differ.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -28,8 +27,11 @@ from steploop.effects.cli_common import (
     ProgressBar,
     console_for,
     count_steps,
+    live_model,
     load_json,
     parse_overrides,
+    printable,
+    terminal_text,
 )
 from steploop.effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -45,6 +47,7 @@ from steploop.effects.trace import (
     describe_effect,
     describe_request,
     make_provenance,
+    prepare_resume,
     replay_counterfactual_async,
     replay_exact,
     resume_trace,
@@ -81,23 +84,6 @@ def _overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 def _load_json(path: str) -> Any:
     return load_json(path, "script")
-
-
-def _live_model(traits_for: Callable[[str, dict[str, Any]], Any], tools: Any) -> tuple[Any, Any]:
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise CliError(
-            "ANTHROPIC_API_KEY is not set: set it to go live, or answer from a script instead"
-        )
-    from steploop.effects.model import AnthropicModelClient, make_client
-
-    client = make_client(connect_timeout=10.0, read_timeout=120.0)
-    model = AnthropicModelClient(
-        client,
-        system="You are a careful coding agent working in the user's workspace.",
-        tools=tools,
-        traits_for=traits_for,
-    )
-    return client, model
 
 
 def _short(text: str, n: int) -> str:
@@ -165,7 +151,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         from steploop.effects.tools import ToolRegistry, builtin_tools
 
         registry = ToolRegistry(builtin_tools("."))
-        client, model = _live_model(registry.traits, registry.definitions())
+        client, model = live_model(
+            registry.traits,
+            registry.definitions(),
+            instead="answer from a script instead (--on-divergence scripted --script FILE)",
+        )
 
     bytes_bar = _ByteBar("replaying", err, show)
 
@@ -226,12 +216,17 @@ class _ByteBar:
             self.bar.close()
 
 
+def _say(text: str, out: TextIO) -> None:
+    """One line of a report, its control characters escaped (text from a trace)."""
+    print(terminal_text(text), file=out)
+
+
 def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
     """A replay's report: its first line green when it held, red when not."""
     from rich.text import Text
 
     console = console_for(out)
-    first, _, rest = text.partition("\n")
+    first, _, rest = terminal_text(text).partition("\n")
     console.print(Text(first, style="green" if ok else "bold red"))
     if rest:
         console.print(Text(rest))
@@ -304,10 +299,10 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     exact = bool(args.exact)
     changed = _field_diff(ha.config, hb.config, True)
     if changed:
-        print(f"configs differ: {_inline_fields(changed)}", file=out)
+        _say(f"configs differ: {_inline_fields(changed)}", out)
     requests = _field_diff(ha.request, hb.request, exact)
     if requests:
-        print(f"requests differ: {_inline_fields(requests)}", file=out)
+        _say(f"requests differ: {_inline_fields(requests)}", out)
 
     def chain(first: StepRecord | None, rest: Iterator[StepRecord]) -> Iterator[StepRecord]:
         if first is not None:
@@ -319,10 +314,10 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
         if sa is None or sb is None:
             longer, rec, shorter = ("B", sb, "A") if sa is None else ("A", sa, "B")
             assert rec is not None
-            print(
+            _say(
                 f"first divergence at step {rec.i}: {shorter} ends after step {n - 1}; "
                 f"{longer} continues with {describe_effect(rec.event, 200)}",
-                file=out,
+                out,
             )
             return 1
         if sa.event is None or sb.event is None:
@@ -332,43 +327,43 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
             event_diff = _field_diff(sa.event, sb.event, exact)
             same_event = not event_diff
         if not same_event:
-            print(f"first divergence at step {sa.i}: the events differ", file=out)
+            _say(f"first divergence at step {sa.i}: the events differ", out)
             for line in _show_fields(event_diff):
-                print(line, file=out)
-            print(f"  A event: {describe_effect(sa.event, 400)}", file=out)
-            print(f"  B event: {describe_effect(sb.event, 400)}", file=out)
+                _say(line, out)
+            _say(f"  A event: {describe_effect(sa.event, 400)}", out)
+            _say(f"  B event: {describe_effect(sb.event, 400)}", out)
             return 1
         if sa.effects != sb.effects:
-            print(f"first divergence at step {sa.i}: same event, the effects differ", file=out)
+            _say(f"first divergence at step {sa.i}: same event, the effects differ", out)
             for k, (ea_, eb_) in enumerate(zip_longest(sa.effects, sb.effects)):
                 if ea_ == eb_:
                     continue
                 if ea_ is None or eb_ is None:
                     who = "B" if ea_ is None else "A"
-                    print(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", file=out)
+                    _say(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", out)
                 else:
-                    print(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", file=out)
+                    _say(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", out)
                     for line in _show_fields(_field_diff(ea_, eb_, True), "    "):
-                        print(line, file=out)
+                        _say(line, out)
                 break
             for line in _effect_lines("A", sa.effects) + _effect_lines("B", sb.effects):
-                print(line, file=out)
+                _say(line, out)
             return 1
         if exact and sa.digest != sb.digest:
-            print(f"first divergence at step {sa.i}: the state digests differ", file=out)
-            print(f"  A: {sa.digest}\n  B: {sb.digest}", file=out)
+            _say(f"first divergence at step {sa.i}: the state digests differ", out)
+            _say(f"  A: {sa.digest}\n  B: {sb.digest}", out)
             return 1
         n += 1
     ea, eb = a.end, b.end
     ta = ea.terminal.TAG if ea else "no end record"
     tb = eb.terminal.TAG if eb else "no end record"
     if ta != tb:
-        print(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", file=out)
+        _say(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", out)
         return 1
     if changed or requests:
-        print(f"the same {n} steps ({ta}) from different headers", file=out)
+        _say(f"the same {n} steps ({ta}) from different headers", out)
         return 1
-    print(f"identical ({n} steps; {ta})", file=out)
+    _say(f"identical ({n} steps; {ta})", out)
     return 0
 
 
@@ -474,14 +469,17 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     cfg, prov = header.config, header.provenance
     prompt = header.request.prompt
     text = prompt if isinstance(prompt, str) else "(blocks)"
-    console.print(Text(f"trace {reader.name}", style="bold"))
+    safe = terminal_text  # every text below comes from the trace
+    console.print(Text(safe(f"trace {reader.name}"), style="bold"))
     console.print(
         Text(
-            f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
-            f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
+            safe(
+                f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
+                f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
+            )
         )
     )
-    console.print(Text(f"  prompt: {_short(text, 90)}"))
+    console.print(Text(safe(f"  prompt: {_short(text, 90)}")))
     if not args.summary:
         table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
         for name, justify in (
@@ -494,22 +492,30 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         ):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         shown: list[_Row | None] = list(rows)
+        hidden = 0
         if len(rows) > SHOW_ALL_UP_TO and not args.all:
             shown = [*rows[:SHOW_ENDS], None, *rows[-SHOW_ENDS:]]
+            hidden = len(rows) - 2 * SHOW_ENDS
         for r in shown:
-            if r is None:
-                hidden = len(rows) - 2 * SHOW_ENDS
-                table.add_row("…", Text(f"{hidden:,} rounds not shown (--all shows them, --summary totals them)", style="dim"))
+            if r is None:  # the gap: one "…" a column, so that no column widens for it
+                table.add_row(*(Text("…", style="dim") for _ in range(6)))
                 continue
             table.add_row(
                 str(r.round),
-                Text(r.transition, style=_status_style(r.tag)),
+                Text(safe(r.transition), style=_status_style(r.tag)),
                 str(r.calls),
                 str(r.tools),
                 f"{r.tokens_in:,}/{r.tokens_out:,}",
                 str(r.compactions),
             )
         console.print(table)
+        if hidden:
+            console.print(
+                Text(
+                    f"… {hidden:,} rounds not shown (--all shows them, --summary totals them)",
+                    style="dim",
+                )
+            )
     if args.summary or len(rows) > SHOW_ALL_UP_TO:
         _print_summary(console, rows)
     ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
@@ -561,7 +567,7 @@ def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
     for r in rows:
         tools.update(r.tool_names)
     shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
-    console.print(Text(f"tools by name: {shown or 'none'}"))
+    console.print(Text(terminal_text(f"tools by name: {shown or 'none'}")))
     peak = max((r.context for r in rows), default=0)
     console.print(Text(f"largest prompt: {peak:,} tokens"))
 
@@ -588,50 +594,57 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         PermissionAsker,
         drive,
         permission_setup,
-        print_result,
         stop_hooks_from_args,
     )
+    from steploop.effects.redaction import Redactor, client_secrets
     from steploop.effects.tools import ToolRegistry, builtin_tools
+    from steploop.effects.trace.resume import check_resumable
 
-    # read the trace before anything else: a bad trace is the first thing to report
-    head = TraceReader(args.trace, tolerate_truncated_tail=True)
-    for _ in head:
-        break
-    assert head.header is not None
-    recorded_ws = head.header.provenance.get("workspace")
+    # read the trace before anything else: a bad trace is the first thing to report; nothing
+    # is written to it before everything else is checked
+    point = prepare_resume(args.trace)
+    check_resumable(point)
+    recorded_ws = point.header.provenance.get("workspace")
     ws_arg = args.workspace or (recorded_ws if isinstance(recorded_ws, str) else ".")
     workspace = Path(ws_arg).resolve()
     if not workspace.is_dir():
         raise CliError(f"workspace {workspace} is not a directory (pass --workspace DIR)")
     registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
     policy, mode = permission_setup(args)
-    display = Display(out)
+    redactor = Redactor()
+    display = Display(out, redactor, first_round=point.rounds)
     hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
-    for note in notes:
-        display.line(note, "yellow")
     client: Any = None
     model: Any
+    script: Any = None
     if args.scripted:
         from steploop.effects.scripted import ScriptedModel, ScriptError
 
         try:
-            model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+            script = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+            script.skip(point.model_answers)  # the killed run's script: on from the first unused
         except ScriptError as bad:
             raise CliError(f"script {args.scripted}: {bad}") from None
+        model = script
     else:
-        client, model = _live_model(registry.traits, registry.definitions())
-    with resume_trace(
-        args.trace, provenance=make_provenance(model=model, workspace=workspace)
-    ) as rs:
-        point = rs.point
+        client, model = live_model(registry.traits, registry.definitions())
+    redactor.add(client_secrets(model))
+    for note in notes:
+        display.line(note, "yellow")
+    with resume_trace(point, provenance=make_provenance(model=model, workspace=workspace)) as rs:
         cut = " (dropped a truncated last line)" if point.truncated_tail else ""
-        print(f"resuming {point.path} after step {point.last_step}{cut}", file=out)
+        used = (
+            f"; the script goes on from its answer {point.model_answers + 1}"
+            if script is not None
+            else ""
+        )
+        display.line(f"resuming {point.path} after step {point.last_step}{cut}{used}")
         for ev in rs.synthesized:
-            print(f"  settled: {describe_effect(ev, 160)}", file=out)
+            display.line(f"  settled: {describe_effect(ev, 160)}")
         for e in rs.reissued:
-            print(f"  issued again: {describe_request(e)}", file=out)
+            display.line(f"  issued again: {describe_request(e)}")
         for e in rs.requested:
-            print(f"  then: {describe_request(e)}", file=out)
+            display.line(f"  then: {describe_request(e)}")
         r = rs.run(
             model=model,
             tools=registry,
@@ -642,14 +655,14 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
 
         async def go() -> Any:
             try:
-                return await drive(r, display, PermissionAsker())
+                return await drive(r, display, PermissionAsker(redactor=redactor))
             finally:
                 if client is not None:
                     await client.close()
 
         res = anyio.run(go)
-    code = print_result(res, out)
-    print(f"appended to {point.path}", file=out)
+    code = display.result(res, what="this run's ")
+    display.line(f"appended to {point.path}")
     return code
 
 
@@ -743,7 +756,12 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
     r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")
     r.add_argument("trace", metavar="TRACE")
-    r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
+    r.add_argument(
+        "--scripted",
+        metavar="FILE",
+        help="answer model calls from the killed run's JSON script, from the first answer "
+        "the recorded part did not use",
+    )
     r.add_argument("--workspace", metavar="DIR", help="default: the one recorded in the trace")
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
     from steploop.effects.cli_drive import add_permission_args, add_stop_hook_args
@@ -756,8 +774,6 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    from steploop.effects.cli import printable
-
     out = printable(out or sys.stdout)
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
