@@ -308,7 +308,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         code = int(handler(args, out))
     except (CliError, ConfigError, SteploopError) as e:
-        print(f"steploop: error: {_safe(str(e))}", file=sys.stderr)
+        from steploop.effects.trace_cli import explain
+
+        print(f"steploop: error: {_safe(explain(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)

@@ -11,6 +11,9 @@ is no": a replay mismatch or divergence, or two traces that differ.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +32,7 @@ from steploop.effects.cli_common import (
     count_steps,
     live_model,
     load_json,
+    one_line,
     parse_overrides,
     printable,
     terminal_text,
@@ -42,6 +46,7 @@ from steploop.effects.trace import (
     ReplayProgress,
     ResumeRecord,
     StepRecord,
+    TraceError,
     TraceHeader,
     TraceReader,
     describe_effect,
@@ -84,6 +89,44 @@ def _overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 def _load_json(path: str) -> Any:
     return load_json(path, "script")
+
+
+#: Keys of a Claude Code transcript record (never of a steploop trace record).
+_CLAUDE_CODE_KEYS = ("sessionId", "parentUuid", "leafUuid", "isSidechain", "messageId")
+
+
+def claude_code_transcript(path: str | os.PathLike[str]) -> bool:
+    """Whether the first record of ``path`` is a Claude Code transcript's: no ``record`` key,
+    and a ``type`` Claude Code writes or a key of its session chain (the first MB is read)."""
+    from steploop.effects.importer.source import CHAIN_TYPES, MESSAGE_TYPES, METADATA_TYPES
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return False
+    line = head.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0].strip()
+    try:
+        obj = json.loads(line)
+    except ValueError:  # a first line longer than what was read, or not JSON
+        return line.startswith(b'{"') and any(b'"%s":' % k.encode() in line for k in _CLAUDE_CODE_KEYS)
+    if not isinstance(obj, dict) or "record" in obj:
+        return False
+    kind = obj.get("type")
+    known = kind in MESSAGE_TYPES | CHAIN_TYPES | METADATA_TYPES
+    return isinstance(kind, str) and (known or any(k in obj for k in _CLAUDE_CODE_KEYS))
+
+
+def explain(e: Exception) -> str:
+    """The one-line message for a user error; a trace command given a Claude Code transcript
+    is told so, and what makes a trace of it."""
+    if isinstance(e, TraceError) and e.line in (None, 1) and claude_code_transcript(e.file):
+        return (
+            f"{e.file}: a Claude Code transcript, not a steploop trace; "
+            f"`steploop import {shlex.quote(e.file)}` makes a trace of it (then show or "
+            "replay that)"
+        )
+    return str(e)
 
 
 def _short(text: str, n: int) -> str:
@@ -781,7 +824,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return int(args.handler(args, out))
     except (CliError, SteploopError) as e:
-        print(f"steploop: error: {e}", file=sys.stderr)
+        print(f"steploop: error: {terminal_text(one_line(explain(e)))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
