@@ -182,8 +182,8 @@ if not p["stop_hook_active"]:
 
 
 def test_rounds_and_tokens_mean_the_same_in_run_and_show(tmp_path: Path) -> None:
-    """A stop hook blocks once: the live display's "round 2", the result line and show all
-    count 2 rounds; "in" tokens count cache reads and writes in run as in show."""
+    """A stop hook blocks once: the live display's "round 2", the result line, show and the
+    viewer all count 2 rounds; "tokens in" counts cache reads and writes in each."""
     (tmp_path / "hook.py").write_text(BLOCK_ONCE)
     trace = tmp_path / "t.jsonl"
     usage = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200}
@@ -205,6 +205,10 @@ def test_rounds_and_tokens_mean_the_same_in_run_and_show(tmp_path: Path) -> None
     assert "2 round(s); terminal completed" in shown
     rows = [line.split() for line in shown.splitlines() if line.strip()[:1].isdigit() and "steps," not in line]
     assert [r[-2] for r in rows] == ["1,210/5", "1,210/5"]  # 2 x 1,210 = the result line's 2,420
+    from steploop.effects.viewer import write_html
+
+    page = write_html(trace, tmp_path / "t.html").read_text("utf-8")  # the viewer: the same words
+    assert page.count('"tokens_in": 1210, "tokens_out": 5') == 2 and ' tokens · tokens in/out "' in page
 
 
 ERRING_HOOK = "import sys; sys.exit(1)"
