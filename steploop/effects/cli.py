@@ -29,12 +29,12 @@ from steploop.effects.cli_common import (
     CliError,
     config_from,
     demo_script,
+    for_terminal,
     live_model,
     load_json,
     one_line,
     printable,
     quiet_output,
-    terminal_text,
 )
 from steploop.effects.cli_drive import (
     Display,
@@ -331,8 +331,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _safe(text: str) -> str:
-    """An error line: on one line, control characters escaped, secrets hidden."""
-    return terminal_text(Redactor().text(one_line(text)))
+    """An error line: on one line, secrets hidden, control characters escaped."""
+    return for_terminal(one_line(text))
 
 
 if __name__ == "__main__":  # pragma: no cover

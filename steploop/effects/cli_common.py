@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from steploop.effects.redaction import Redactor
 from steploop.reducer import LoopConfig, profile
 from steploop.reducer.messages import AssistantMessage
 from steploop.reducer.state import LoopState
@@ -57,6 +58,7 @@ __all__ = [
     "demo_script",
     "ended_with_api_error",
     "exit_code",
+    "for_terminal",
     "live_model",
     "load_json",
     "one_line",
@@ -294,6 +296,13 @@ def terminal_text(text: str) -> str:
 def _escape(m: re.Match[str]) -> str:
     ch = m.group()
     return {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}.get(ch) or f"\\x{ord(ch):02x}"
+
+
+def for_terminal(text: str, redactor: Redactor | None = None) -> str:
+    """``text`` as a terminal may show it: every configured secret replaced by its marker
+    (``redactor``'s, else the environment's key and token) and every control character
+    escaped (:func:`terminal_text`)."""
+    return terminal_text((redactor if redactor is not None else Redactor()).text(text))
 
 
 def one_line(text: str) -> str:

@@ -20,6 +20,7 @@ from steploop.effects.cli_common import (
     CliError,
     console_for,
     exit_code,
+    for_terminal,
     quiet_output,
     terminal_text,
 )
@@ -175,7 +176,7 @@ class Display:
         from rich.text import Text
 
         try:
-            self.console.print(Text(terminal_text(self.redactor.text(text)), style=style))
+            self.console.print(Text(for_terminal(text, self.redactor), style=style))
             self.out.flush()
         except BrokenPipeError:
             self.closed = True
@@ -257,9 +258,9 @@ class PermissionAsker:
     def __call__(self, req: PermissionRequest) -> bool | None:
         if not self.interactive:
             return None
-        what = self.redactor.text(f"{req.name}({_short(json.dumps(dict(req.input)), 200)})")
+        what = for_terminal(f"{req.name}({_short(json.dumps(dict(req.input)), 200)})", self.redactor)
         try:
-            answer = input(f"Allow {terminal_text(what)}? [y/N] ")
+            answer = input(f"Allow {what}? [y/N] ")
         except EOFError:
             return None
         except BrokenPipeError:  # the question went to a pipe whose reader left: nobody asked

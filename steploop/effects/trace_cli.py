@@ -30,13 +30,14 @@ from steploop.effects.cli_common import (
     ProgressBar,
     console_for,
     count_steps,
+    for_terminal,
     live_model,
     load_json,
     one_line,
     parse_overrides,
     printable,
-    terminal_text,
 )
+from steploop.effects.redaction import Redactor
 from steploop.effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     POLICIES,
@@ -260,8 +261,8 @@ class _ByteBar:
 
 
 def _say(text: str, out: TextIO) -> None:
-    """One line of a report, its control characters escaped (text from a trace)."""
-    print(terminal_text(text), file=out)
+    """One line of a report (text from a trace): secrets hidden, control characters escaped."""
+    print(for_terminal(text), file=out)
 
 
 def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
@@ -269,7 +270,7 @@ def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
     from rich.text import Text
 
     console = console_for(out)
-    first, _, rest = terminal_text(text).partition("\n")
+    first, _, rest = for_terminal(text).partition("\n")
     console.print(Text(first, style="green" if ok else "bold red"))
     if rest:
         console.print(Text(rest))
@@ -512,7 +513,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     cfg, prov = header.config, header.provenance
     prompt = header.request.prompt
     text = prompt if isinstance(prompt, str) else "(blocks)"
-    safe = terminal_text  # every text below comes from the trace
+    redactor = Redactor()
+
+    def safe(text: str) -> str:  # every text below comes from the trace
+        return for_terminal(text, redactor)
+
     console.print(Text(safe(f"trace {reader.name}"), style="bold"))
     console.print(
         Text(
@@ -610,7 +615,7 @@ def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
     for r in rows:
         tools.update(r.tool_names)
     shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
-    console.print(Text(terminal_text(f"tools by name: {shown or 'none'}")))
+    console.print(Text(for_terminal(f"tools by name: {shown or 'none'}")))
     peak = max((r.context for r in rows), default=0)
     console.print(Text(f"largest prompt: {peak:,} tokens"))
 
@@ -639,7 +644,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         permission_setup,
         stop_hooks_from_args,
     )
-    from steploop.effects.redaction import Redactor, client_secrets
+    from steploop.effects.redaction import client_secrets
     from steploop.effects.tools import ToolRegistry, builtin_tools
     from steploop.effects.trace.resume import check_resumable
 
@@ -824,7 +829,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return int(args.handler(args, out))
     except (CliError, SteploopError) as e:
-        print(f"steploop: error: {terminal_text(one_line(explain(e)))}", file=sys.stderr)
+        print(f"steploop: error: {for_terminal(one_line(explain(e)))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
