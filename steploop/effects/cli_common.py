@@ -68,6 +68,7 @@ __all__ = [
     "quiet_output",
     "read_bytes",
     "read_text",
+    "short",
     "terminal_text",
 ]
 
@@ -303,6 +304,12 @@ def for_terminal(text: str, redactor: Redactor | None = None) -> str:
     (``redactor``'s, else the environment's key and token) and every control character
     escaped (:func:`terminal_text`)."""
     return terminal_text((redactor if redactor is not None else Redactor()).text(text))
+
+
+def short(text: str, n: int = 100) -> str:
+    """``text`` on one line (newlines as ``⏎``), cut to ``n`` characters with ``…``."""
+    line = text.replace("\n", "⏎ ")
+    return line if len(line) <= n else line[: n - 1] + "…"
 
 
 def one_line(text: str) -> str:

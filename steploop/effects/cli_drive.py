@@ -22,6 +22,7 @@ from steploop.effects.cli_common import (
     exit_code,
     for_terminal,
     quiet_output,
+    short,
     terminal_text,
 )
 from steploop.effects.hooks import (
@@ -82,11 +83,6 @@ EXIT_MEANINGS = {
 # Display
 
 
-def _short(text: str, n: int = 100) -> str:
-    line = text.replace("\n", "⏎ ")
-    return line if len(line) <= n else line[: n - 1] + "…"
-
-
 def describe(item: object) -> str:
     """One line for an item the loop emitted, its control characters escaped."""
     return terminal_text(_describe(item))
@@ -101,9 +97,9 @@ def _describe(item: object) -> str:
                 results = True
                 lines = b.content.count("\n") + 1
                 mark = "error" if b.is_error else f"{lines} line{'s' if lines != 1 else ''}"
-                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {_short(b.content, 60)}")
+                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {short(b.content, 60)}")
             elif isinstance(b, TextBlock):
-                parts.append(_short(b.text))
+                parts.append(short(b.text))
         if results:
             return "  " + " | ".join(parts)
         who = "user (meta)" if item.is_meta else "user"
@@ -111,24 +107,24 @@ def _describe(item: object) -> str:
     if isinstance(item, AssistantMessage):
         first = item.content[0] if item.content else None
         if item.api_error is not None:
-            return f"assistant (API error): {_short(item.api_error.message)}"
+            return f"assistant (API error): {short(item.api_error.message)}"
         if isinstance(first, TextBlock):
-            return f"assistant: {_short(first.text)}"
+            return f"assistant: {short(first.text)}"
         if isinstance(first, ToolUseBlock):
-            args = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in first.input.items())
+            args = ", ".join(f"{k}={short(str(v), 40)}" for k, v in first.input.items())
             return f"assistant → {first.name}({args})"
         if isinstance(first, ThinkingBlock):
-            return f"assistant (thinking): {_short(first.thinking)}"
+            return f"assistant (thinking): {short(first.thinking)}"
         return "assistant: (block)"
     if isinstance(item, SystemMessage):
-        return f"system [{item.subtype}]: {_short(item.text)}"
+        return f"system [{item.subtype}]: {short(item.text)}"
     if isinstance(item, AttachmentMessage):
         data = ", ".join(f"{k}={v}" for k, v in item.data)
         return f"attachment [{item.attachment_type}] {data}"
     if isinstance(item, Tombstone):
         return f"tombstone: remove {item.message_id}"
     if isinstance(item, ToolUseSummary):
-        return f"summary: {_short(item.summary)}"
+        return f"summary: {short(item.summary)}"
     return repr(item)
 
 
@@ -258,7 +254,7 @@ class PermissionAsker:
     def __call__(self, req: PermissionRequest) -> bool | None:
         if not self.interactive:
             return None
-        what = for_terminal(f"{req.name}({_short(json.dumps(dict(req.input)), 200)})", self.redactor)
+        what = for_terminal(f"{req.name}({short(json.dumps(dict(req.input)), 200)})", self.redactor)
         try:
             answer = input(f"Allow {what}? [y/N] ")
         except EOFError:
@@ -416,7 +412,7 @@ async def drive(
         async for item in r:
             if isinstance(item, PermissionRequest):
                 ok = answer(item)
-                what = f"{item.name}({_short(json.dumps(dict(item.input)), 80)})"
+                what = f"{item.name}({short(json.dumps(dict(item.input)), 80)})"
                 if ok is None:
                     refuse = getattr(answer, "refuse", None)
                     if refuse is not None:

@@ -5,7 +5,8 @@
 ``steploop.reducer.SteploopError`` (one line, exit status 2). Exit status 1 means "ran, but the answer
 is no": a replay mismatch or divergence, or two traces that differ.
 
-``python -m steploop.effects.trace_cli`` runs these commands on their own.
+``show`` lives in :mod:`steploop.effects.show_cli`. ``python -m steploop.effects.trace_cli``
+runs these commands on their own.
 """
 
 from __future__ import annotations
@@ -15,13 +16,10 @@ import json
 import os
 import shlex
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, TextIO
-
-import attrs
 
 from steploop.effects.cli_common import (
     EXIT_INTERRUPTED,
@@ -36,19 +34,18 @@ from steploop.effects.cli_common import (
     one_line,
     parse_overrides,
     printable,
+    short,
 )
 from steploop.effects.redaction import Redactor
+from steploop.effects.show_cli import SHOW_ALL_UP_TO, SHOW_ENDS, cmd_show
 from steploop.effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     POLICIES,
     VERIFY_POLICIES,
-    EndRecord,
     Policy,
     ReplayProgress,
-    ResumeRecord,
     StepRecord,
     TraceError,
-    TraceHeader,
     TraceReader,
     describe_effect,
     describe_request,
@@ -61,11 +58,9 @@ from steploop.effects.trace import (
 from steploop.reducer import LoopConfig, SteploopError
 from steploop.reducer.canonical import to_data
 from steploop.reducer.config import profile_for
-from steploop.reducer.effects import CallModel, Compact, Effect, StartTool
-from steploop.reducer.events import ModelResponseEnded
-from steploop.reducer.transitions import CONTINUE_TYPES
+from steploop.reducer.effects import Effect
 
-__all__ = ["TRACE_COMMANDS", "main", "register"]
+__all__ = ["TRACE_COMMANDS", "claude_code_transcript", "explain", "main", "register"]
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
 
@@ -128,11 +123,6 @@ def explain(e: Exception) -> str:
             "replay that)"
         )
     return str(e)
-
-
-def _short(text: str, n: int) -> str:
-    text = text.replace("\n", "⏎ ")
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _steps(reader: TraceReader) -> Iterator[StepRecord]:
@@ -312,14 +302,14 @@ def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
 
 
 def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
-    lines = [f"{indent}{k}: {_short(repr(va), 160)} → {_short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
+    lines = [f"{indent}{k}: {short(repr(va), 160)} → {short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
     if len(diffs) > limit:
         lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
     return lines
 
 
 def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
-    shown = ", ".join(f"{k} ({_short(repr(va), 60)} → {_short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
+    shown = ", ".join(f"{k} ({short(repr(va), 60)} → {short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
     return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
 
 
@@ -409,215 +399,6 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
         return 1
     _say(f"identical ({n} steps; {ta})", out)
     return 0
-
-
-# ----------------------------------------------------------------------------------------------
-# show
-
-
-@attrs.define
-class _Row:
-    round: int
-    transition: str = "(unfinished)"
-    tag: str = "(unfinished)"
-    calls: int = 0
-    tools: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    compactions: int = 0
-    tool_names: Counter[str] = attrs.field(factory=Counter)
-    context: int = 0  # the prompt's size at the round's last response (input + cache tokens)
-
-
-def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
-    for e in effects:
-        if isinstance(e, CallModel):
-            row.calls += 1
-        elif isinstance(e, StartTool):
-            row.tools += 1
-            row.tool_names[e.name] += 1
-        elif isinstance(e, Compact):
-            row.compactions += 1
-
-
-def _payload(t: Any) -> str:
-    data = {k: v for k, v in to_data(t).items() if k != "type"}
-    if not data:
-        return ""
-    if "error" in data and isinstance(data["error"], dict):
-        data["error"] = data["error"].get("message", "")
-    return " (" + ", ".join(f"{k}={v}" for k, v in data.items()) + ")"
-
-
-def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | None, int, int]:
-    """Rounds of a trace: a step that records a Continue ends its round with its event, and
-    its effects (the next round's model call) count for the next round.
-
-    Returns:
-        The header, the rows, the end record (None when cut off), steps and resumes.
-    """
-    rows = [_Row(round=1)]
-    steps = resumes = 0
-    for rec in reader:
-        if isinstance(rec, ResumeRecord):
-            resumes += 1
-        if not isinstance(rec, StepRecord):
-            continue
-        steps += 1
-        row = rows[-1]
-        if isinstance(rec.event, ModelResponseEnded):
-            u = rec.event.usage
-            size = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
-            row.tokens_in += size
-            row.tokens_out += u.output_tokens
-            row.context = size
-        t = rec.transition
-        if t is not None:
-            row.transition = t.TAG + _payload(t)
-            row.tag = t.TAG
-            if isinstance(t, CONTINUE_TYPES):
-                rows.append(_Row(round=row.round + 1))
-        _count_effects(rows[-1], rec.effects)
-    assert reader.header is not None
-    return reader.header, rows, reader.end, steps, resumes
-
-
-#: ``show`` prints every round up to this many; beyond, the first and last few (``--all``).
-SHOW_ALL_UP_TO = 40
-SHOW_ENDS = 10
-
-
-def _status_style(tag: str) -> str:
-    if tag == "completed":
-        return "green"
-    if tag in ("(unfinished)",):
-        return "yellow"
-    if tag in {c.TAG for c in CONTINUE_TYPES}:
-        return ""
-    return "red"
-
-
-def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    from rich.table import Table
-    from rich.text import Text
-
-    if args.html:
-        from steploop.effects.viewer import write_html
-
-        path = write_html(args.trace, args.html)
-        print(f"wrote {path} (one self-contained file: open it in a browser)", file=out)
-        return 0
-    reader = TraceReader(args.trace)
-    header, rows, end, steps, resumes = timeline(reader)
-    console = console_for(out)
-    cfg, prov = header.config, header.provenance
-    prompt = header.request.prompt
-    text = prompt if isinstance(prompt, str) else "(blocks)"
-    redactor = Redactor()
-
-    def safe(text: str) -> str:  # every text below comes from the trace
-        return for_terminal(text, redactor)
-
-    console.print(Text(safe(f"trace {reader.name}"), style="bold"))
-    console.print(
-        Text(
-            safe(
-                f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
-                f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
-            )
-        )
-    )
-    console.print(Text(safe(f"  prompt: {_short(text, 90)}")))
-    if not args.summary:
-        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
-        for name, justify in (
-            ("round", "right"),
-            ("transition", "left"),
-            ("model calls", "right"),
-            ("tools run", "right"),
-            ("tokens in/out", "right"),
-            ("compactions", "right"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        shown: list[_Row | None] = list(rows)
-        hidden = 0
-        if len(rows) > SHOW_ALL_UP_TO and not args.all:
-            shown = [*rows[:SHOW_ENDS], None, *rows[-SHOW_ENDS:]]
-            hidden = len(rows) - 2 * SHOW_ENDS
-        for r in shown:
-            if r is None:  # the gap: one "…" a column, so that no column widens for it
-                table.add_row(*(Text("…", style="dim") for _ in range(6)))
-                continue
-            table.add_row(
-                str(r.round),
-                Text(safe(r.transition), style=_status_style(r.tag)),
-                str(r.calls),
-                str(r.tools),
-                f"{r.tokens_in:,}/{r.tokens_out:,}",
-                str(r.compactions),
-            )
-        console.print(table)
-        if hidden:
-            console.print(
-                Text(
-                    f"… {hidden:,} rounds not shown (--all shows them, --summary totals them)",
-                    style="dim",
-                )
-            )
-    if args.summary or len(rows) > SHOW_ALL_UP_TO:
-        _print_summary(console, rows)
-    ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
-    resumed = f"; resumed {resumes}x" if resumes else ""
-    line = Text(f"{steps} steps, {len(rows)} round(s); ")
-    line.append(ended, style=_status_style(end.terminal.TAG if end is not None else "(unfinished)"))
-    line.append(resumed)
-    console.print(line)
-    return 0
-
-
-def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
-    """Totals per round kind (the transition that ended it), tools by name, tokens."""
-    from rich.table import Table
-    from rich.text import Text
-
-    kinds: dict[str, list[_Row]] = {}
-    for r in rows:
-        kinds.setdefault(r.tag, []).append(r)
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), title=None)
-    for name, justify in (
-        ("rounds ended by", "left"),
-        ("rounds", "right"),
-        ("model calls", "right"),
-        ("tools run", "right"),
-        ("tokens in/out", "right"),
-        ("compactions", "right"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for tag, rs in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        table.add_row(
-            Text(tag, style=_status_style(tag)),
-            f"{len(rs):,}",
-            f"{sum(r.calls for r in rs):,}",
-            f"{sum(r.tools for r in rs):,}",
-            f"{sum(r.tokens_in for r in rs):,}/{sum(r.tokens_out for r in rs):,}",
-            f"{sum(r.compactions for r in rs):,}",
-        )
-    table.add_row(
-        Text("total", style="bold"),
-        f"{len(rows):,}",
-        f"{sum(r.calls for r in rows):,}",
-        f"{sum(r.tools for r in rows):,}",
-        f"{sum(r.tokens_in for r in rows):,}/{sum(r.tokens_out for r in rows):,}",
-        f"{sum(r.compactions for r in rows):,}",
-    )
-    console.print(table)
-    tools: Counter[str] = Counter()
-    for r in rows:
-        tools.update(r.tool_names)
-    shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
-    console.print(Text(for_terminal(f"tools by name: {shown or 'none'}")))
-    peak = max((r.context for r in rows), default=0)
-    console.print(Text(f"largest prompt: {peak:,} tokens"))
 
 
 # ----------------------------------------------------------------------------------------------

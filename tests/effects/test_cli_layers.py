@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ORDER = (
     ("steploop.effects.cli",),
     ("steploop.effects.trace_cli", "steploop.effects.check_cli", "steploop.effects.temporal.cli", "steploop.effects.importer.cli"),
-    ("steploop.effects.cli_drive",),
+    ("steploop.effects.show_cli", "steploop.effects.cli_drive"),
     ("steploop.effects.cli_common",),
 )
 CLI_MODULES = [m for row in ORDER for m in row]
