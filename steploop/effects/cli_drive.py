@@ -83,12 +83,18 @@ EXIT_MEANINGS = {
 # Display
 
 
-def describe(item: object) -> str:
-    """One line for an item the loop emitted, its control characters escaped."""
-    return terminal_text(_describe(item))
+def describe(item: object, redactor: Redactor | None = None) -> str:
+    """One line for an item the loop emitted: every secret ``redactor`` knows (by default the
+    environment's key and token) replaced before a text is cut, control characters escaped."""
+    r = redactor if redactor is not None else Redactor()
+
+    def cut(text: str, n: int = 100) -> str:
+        return short(r.text(text), n)
+
+    return for_terminal(_describe(item, cut), r)
 
 
-def _describe(item: object) -> str:
+def _describe(item: object, cut: Callable[..., str]) -> str:
     if isinstance(item, UserMessage):
         parts = []
         results = False
@@ -97,9 +103,9 @@ def _describe(item: object) -> str:
                 results = True
                 lines = b.content.count("\n") + 1
                 mark = "error" if b.is_error else f"{lines} line{'s' if lines != 1 else ''}"
-                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {short(b.content, 60)}")
+                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {cut(b.content, 60)}")
             elif isinstance(b, TextBlock):
-                parts.append(short(b.text))
+                parts.append(cut(b.text))
         if results:
             return "  " + " | ".join(parts)
         who = "user (meta)" if item.is_meta else "user"
@@ -107,24 +113,24 @@ def _describe(item: object) -> str:
     if isinstance(item, AssistantMessage):
         first = item.content[0] if item.content else None
         if item.api_error is not None:
-            return f"assistant (API error): {short(item.api_error.message)}"
+            return f"assistant (API error): {cut(item.api_error.message)}"
         if isinstance(first, TextBlock):
-            return f"assistant: {short(first.text)}"
+            return f"assistant: {cut(first.text)}"
         if isinstance(first, ToolUseBlock):
-            args = ", ".join(f"{k}={short(str(v), 40)}" for k, v in first.input.items())
+            args = ", ".join(f"{k}={cut(str(v), 40)}" for k, v in first.input.items())
             return f"assistant → {first.name}({args})"
         if isinstance(first, ThinkingBlock):
-            return f"assistant (thinking): {short(first.thinking)}"
+            return f"assistant (thinking): {cut(first.thinking)}"
         return "assistant: (block)"
     if isinstance(item, SystemMessage):
-        return f"system [{item.subtype}]: {short(item.text)}"
+        return f"system [{item.subtype}]: {cut(item.text)}"
     if isinstance(item, AttachmentMessage):
         data = ", ".join(f"{k}={v}" for k, v in item.data)
         return f"attachment [{item.attachment_type}] {data}"
     if isinstance(item, Tombstone):
         return f"tombstone: remove {item.message_id}"
     if isinstance(item, ToolUseSummary):
-        return f"summary: {short(item.summary)}"
+        return f"summary: {cut(item.summary)}"
     return repr(item)
 
 
@@ -254,7 +260,8 @@ class PermissionAsker:
     def __call__(self, req: PermissionRequest) -> bool | None:
         if not self.interactive:
             return None
-        what = for_terminal(f"{req.name}({short(json.dumps(dict(req.input)), 200)})", self.redactor)
+        args = short(self.redactor.text(json.dumps(dict(req.input))), 200)
+        what = for_terminal(f"{req.name}({args})", self.redactor)
         try:
             answer = input(f"Allow {what}? [y/N] ")
         except EOFError:
@@ -412,7 +419,7 @@ async def drive(
         async for item in r:
             if isinstance(item, PermissionRequest):
                 ok = answer(item)
-                what = f"{item.name}({short(json.dumps(dict(item.input)), 80)})"
+                what = f"{item.name}({short(display.redactor.text(json.dumps(dict(item.input))), 80)})"
                 if ok is None:
                     refuse = getattr(answer, "refuse", None)
                     if refuse is not None:
@@ -423,7 +430,7 @@ async def drive(
                 display.item(r, f"permission? {what} → {'approved' if ok else 'rejected'}")
                 item.allow() if ok else item.reject()
             else:
-                display.item(r, describe(item), _style(item))
+                display.item(r, describe(item, display.redactor), _style(item))
         display.transition(r, done=True)
     assert r.result is not None
     return r.result

@@ -139,7 +139,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             )
         )
     )
-    console.print(Text(safe(f"  prompt: {short(text, 90)}")))
+    console.print(Text(safe(f"  prompt: {short(redactor.text(text), 90)}")))  # hidden, then cut
     if not args.summary:
         table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
         for name, justify in (

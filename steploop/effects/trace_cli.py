@@ -301,15 +301,20 @@ def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
     return out
 
 
+def _cut(value: Any, n: int) -> str:
+    """A value's repr on one line: secrets hidden before it is cut to ``n`` characters."""
+    return short(for_terminal(repr(value)), n)
+
+
 def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
-    lines = [f"{indent}{k}: {short(repr(va), 160)} → {short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
+    lines = [f"{indent}{k}: {_cut(va, 160)} → {_cut(vb, 160)}" for k, va, vb in diffs[:limit]]
     if len(diffs) > limit:
         lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
     return lines
 
 
 def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
-    shown = ", ".join(f"{k} ({short(repr(va), 60)} → {short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
+    shown = ", ".join(f"{k} ({_cut(va, 60)} → {_cut(vb, 60)})" for k, va, vb in diffs[:limit])
     return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
 
 

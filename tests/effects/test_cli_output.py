@@ -44,13 +44,17 @@ def test_the_key_never_reaches_the_live_output(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", TOKEN)
     (tmp_path / ".env").write_text(f"ANTHROPIC_API_KEY={KEY}\nTOKEN={TOKEN}\n")
+    (tmp_path / "long.txt").write_text("x" * 40 + KEY + "\n")  # the one-line preview cuts the key
     entries: list[dict[str, object]] = [
         {"type": "tool_call", "name": "Read", "input": {"file_path": ".env"}},
+        {"type": "tool_call", "name": "Read", "input": {"file_path": "long.txt"}},
+        {"type": "tool_call", "name": "Bash", "input": {"command": "x" * 70 + f" {KEY}"}},
         {"type": "reply", "text": f"The key is {KEY} and the token {TOKEN}."},
     ]
     code, text = _run(tmp_path, f"is {KEY} my key?", entries)
     assert code == 0, text
     assert KEY not in text and TOKEN not in text
+    assert KEY[:12] not in text  # not even the part before a cut
     marker, token_marker = redaction_marker(len(KEY)), redaction_marker(len(TOKEN))
     assert f"▶ is {marker} my key?" in text
     assert f"ANTHROPIC_API_KEY={marker}" in text
