@@ -247,7 +247,12 @@ class Display:
 
 class PermissionAsker:
     """Answers permission requests the policy left open: on a terminal by asking; without one
-    by refusing (``None``), which ends the turn with a one-line hint on stderr."""
+    by refusing (``None``), which ends the turn with a one-line hint on stderr.
+
+    The question goes to stdout when it is a terminal, else to stderr (``run … | head`` or
+    ``| tee log``: the user still sees it, the pipe does not get it); the answer is read from
+    stdin.
+    """
 
     def __init__(
         self, interactive: bool | None = None, err: TextIO | None = None, redactor: Redactor | None = None
@@ -262,12 +267,14 @@ class PermissionAsker:
             return None
         args = short(self.redactor.text(json.dumps(dict(req.input))), 200)
         what = for_terminal(f"{req.name}({args})", self.redactor)
+        ask = sys.stdout if _isatty(sys.stdout) else (self.err or sys.stderr)
         try:
-            answer = input(f"Allow {what}? [y/N] ")
-        except EOFError:
+            ask.write(f"Allow {what}? [y/N] ")
+            ask.flush()
+            answer = sys.stdin.readline()
+        except (OSError, ValueError):  # the terminal went away: nobody answered
             return None
-        except BrokenPipeError:  # the question went to a pipe whose reader left: nobody asked
-            quiet_output(sys.stdout)
+        if not answer:  # end of input: nobody answered
             return None
         return answer.strip().lower() in ("y", "yes")
 
@@ -280,6 +287,13 @@ class PermissionAsker:
                 "or --permission-mode acceptEdits"
             )
             print(self.refused, file=self.err or sys.stderr, flush=True)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def add_permission_args(p: argparse.ArgumentParser) -> None:

@@ -251,3 +251,23 @@ def test_show_of_a_long_trace_keeps_its_columns_narrow(tmp_path: Path) -> None:
         widths[name] = max(len(line.rstrip()) for line in table)
     assert widths["collapsed"] <= widths["all"] < 80, widths
     assert "26 rounds not shown (--all shows them, --summary totals them)" in out.getvalue()
+
+
+def test_a_permission_question_reaches_the_user_when_stdout_is_a_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run … | head` on a terminal: the question goes to stderr, not into the pipe (where the
+    reader may have left), its secrets hidden and controls escaped; the answer is read."""
+    from steploop.effects.cli_drive import PermissionAsker
+    from steploop.effects.run import PermissionRequest
+    from steploop.reducer.effects import AskPermission
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    ask = AskPermission(generation=1, tool_use_id="t1", name="Bash", input={"command": f"echo {KEY}\x1b[2J"})
+    req = PermissionRequest(None, ask)  # type: ignore[arg-type]  # the asker reads name and input only
+    assert PermissionAsker(interactive=True)(req) is True
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("Allow Bash(") and KEY not in captured.err and "\x1b" not in captured.err
+    assert PermissionAsker(interactive=True)(req) is None  # end of input: nobody answered
