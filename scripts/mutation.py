@@ -12,7 +12,7 @@ with a reason in specs/mutation-equivalents.txt are expected to survive.
     .venv/bin/python scripts/mutation.py --only steploop/reducer/machine.py:1092
 
 Exit status: 0 when nothing unexplained survived (--sample: no guard function's mutant
-survived), 1 otherwise, 2 when no mutant matches.
+survived), 1 otherwise, 2 when no mutant matches or --report finds no outcome to sum up.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ The exit codes are the table in :mod:`steploop.effects.cli_common` (README "Exit
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -23,11 +22,19 @@ from typing import Any, TextIO
 import anyio
 
 from steploop.effects.cli_common import (
+    DEMO_PROMPT,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
+    SAMPLE_PROJECT,
     CliError,
     config_from,
+    demo_script,
+    for_terminal,
+    live_model,
     load_json,
+    one_line,
+    printable,
+    quiet_output,
 )
 from steploop.effects.cli_drive import (
     Display,
@@ -37,57 +44,26 @@ from steploop.effects.cli_drive import (
     describe,
     drive,
     permission_setup,
-    print_result,
     stop_hooks_from_args,
 )
+from steploop.effects.redaction import Redactor, client_secrets
 from steploop.effects.run import PermissionPolicy, PermissionRequest, run
 from steploop.effects.tools.base import ToolRegistry
 from steploop.effects.tools.builtin import builtin_tools
 from steploop.reducer import ConfigError, LoopConfig, SteploopError
 
-__all__ = ["SAMPLE_PROJECT", "CliError", "demo_script", "describe", "main"]
-
-SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"
-DEMO_PROMPT = "Fix the null pointer bug in src/auth/validate.ts"
-
-
-def demo_script() -> list[dict[str, Any]]:
-    """The seed's walk-through as a JSON model script (three model calls)."""
-    return [
-        {
-            "type": "response",
-            "blocks": [
-                {"type": "text", "text": "Let me look at the file."},
-                {"type": "tool_use", "name": "Read", "input": {"file_path": "src/auth/validate.ts"}},
-            ],
-            "stop_reason": "tool_use",
-            "usage": {"input_tokens": 1200, "output_tokens": 40},
-        },
-        {
-            "type": "response",
-            "blocks": [
-                {"type": "text", "text": "I see the bug on line 42 — userId can be null."},
-                {
-                    "type": "tool_use",
-                    "name": "Edit",
-                    "input": {
-                        "file_path": "src/auth/validate.ts",
-                        "old_string": "  const user = getUser(userId)",
-                        "new_string": "  if (!userId) return { error: 'unauthorized' }\n  const user = getUser(userId)",
-                    },
-                },
-            ],
-            "stop_reason": "tool_use",
-            "usage": {"input_tokens": 1900, "output_tokens": 90},
-        },
-        {
-            "type": "response",
-            "blocks": [{"type": "text", "text": "I've fixed the null pointer bug by adding a guard clause."}],
-            "stop_reason": "end_turn",
-            "usage": {"input_tokens": 2100, "output_tokens": 20},
-        },
-    ]
-
+# DEMO_PROMPT, SAMPLE_PROJECT, demo_script and printable live in cli_common (temporal's CLI
+# uses them too); they are named here as well, where the demo is
+__all__ = [
+    "DEMO_PROMPT",
+    "SAMPLE_PROJECT",
+    "CliError",
+    "build_parser",
+    "demo_script",
+    "describe",
+    "main",
+    "printable",
+]
 
 # ----------------------------------------------------------------------------------------------
 # Commands
@@ -136,7 +112,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             transcript_path=scratch / "transcript.jsonl",
         )
         res = anyio.run(drive, r, display, approve)
-        code = print_result(res, out)
+        code = display.result(res)
         fixed = (workspace / "src/auth/validate.ts").read_text(encoding="utf-8")
         kept = f"kept at {scratch}" if args.keep else "removed (--keep keeps it)"
         display.line(f"the guard clause is in place: {'if (!userId)' in fixed}; scratch copy {kept}")
@@ -170,24 +146,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     config = _config(args)
     policy, mode = permission_setup(args)
     registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
-    display = Display(out)
+    redactor = Redactor()  # the environment's key and token; the client's own below
+    display = Display(out, redactor)
     hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
     model: Any
     client: Any = None
     if args.scripted:
         model = _load_script(args.scripted, registry)
-    elif os.environ.get("ANTHROPIC_API_KEY"):
-        from steploop.effects.model import AnthropicModelClient, make_client
-
-        client = make_client(connect_timeout=10.0, read_timeout=120.0)
-        model = AnthropicModelClient(
-            client,
-            system="You are a careful coding agent working in the user's workspace.",
-            tools=registry.definitions(),
-            traits_for=registry.traits,
-        )
     else:
-        raise CliError("ANTHROPIC_API_KEY is not set: set it, or pass --scripted FILE to use a scripted model")
+        client, model = live_model(registry.traits, registry.definitions())
+    redactor.add(client_secrets(model))
     for note in notes:
         display.line(note, "yellow")
     scratch: Path | None = None
@@ -222,7 +190,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
         async def go() -> Any:
             try:
-                return await drive(r, display, PermissionAsker())
+                return await drive(r, display, PermissionAsker(redactor=redactor))
             finally:
                 if client is not None:
                     await client.close()
@@ -233,7 +201,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             recorder.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    code = print_result(res, out)
+    code = display.result(res)
     if args.trace:
         display.line(f"trace: {args.trace} (steploop show / replay / resume it)")
     return code
@@ -328,15 +296,6 @@ def _version() -> str:
         return "0+unknown"
 
 
-def printable(out: TextIO) -> TextIO:
-    """``out``, writing a lone surrogate (text from a trace or a tool, B-TEXT-1) as its
-    ``\\udXXX`` escape instead of raising UnicodeEncodeError."""
-    reconfigure = getattr(out, "reconfigure", None)
-    if reconfigure is not None and getattr(out, "errors", None) in ("strict", "surrogateescape"):
-        reconfigure(errors="backslashreplace")
-    return out
-
-
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``steploop`` console script."""
     out = printable(out or sys.stdout)
@@ -348,30 +307,32 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     handler = getattr(args, "handler", None) or COMMANDS[args.command]
     try:
         code = int(handler(args, out))
-        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
-        return code
     except (CliError, ConfigError, SteploopError) as e:
-        print(f"steploop: error: {_one_line(str(e))}", file=sys.stderr)
+        from steploop.effects.trace_cli import explain
+
+        print(f"steploop: error: {_safe(explain(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `steploop show ... | head`: the reader left; end quietly
-        if out is sys.stdout:
-            _quiet_stdout()  # the interpreter's last flush of stdout would fail again
+        quiet_output(out)  # the interpreter's last flush of it would fail again
         return 0
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split("\n")) if "\n" in text else text
-
-
-def _quiet_stdout() -> None:
+    except BaseExceptionGroup as group:  # raised inside a run's task group, wrapped
+        if group.split(BrokenPipeError)[1] is not None:
+            raise
+        quiet_output(out)
+        return 0
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        quiet_output(out)
+    return code
+
+
+def _safe(text: str) -> str:
+    """An error line: on one line, secrets hidden, control characters escaped."""
+    return for_terminal(one_line(text))
 
 
 if __name__ == "__main__":  # pragma: no cover

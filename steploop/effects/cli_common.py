@@ -1,8 +1,11 @@
 """What every ``steploop`` command shares: user errors, exit codes, reading input files, the
-``--profile``/``--set`` config and the terminal console.
+``--profile``/``--set`` config, the live model client, the demo's script, and the terminal:
+the console, text made safe to print (:func:`terminal_text`) and an output whose reader left
+(:func:`printable`, :func:`quiet_output`).
 
-The command modules (``steploop.effects.cli``, ``steploop.effects.trace_cli``, ``steploop.effects.check_cli``) import from
-here and never from each other's private names.
+The command modules (``steploop.effects.cli``, ``trace_cli``, ``check_cli``, ``cli_drive``,
+``importer.cli``, ``temporal.cli``) import from here and never from each other's private
+names; ``steploop.effects.cli`` (the entry point) imports them, none imports it.
 
 Exit codes (the same for ``run``, ``demo`` and ``resume``; README "Exit codes"):
 
@@ -24,15 +27,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from steploop.effects.redaction import Redactor
 from steploop.reducer import LoopConfig, profile
 from steploop.reducer.messages import AssistantMessage
 from steploop.reducer.state import LoopState
 
 __all__ = [
+    "DEMO_PROMPT",
     "EXIT_ABORTED",
     "EXIT_API_ERROR",
     "EXIT_CONTEXT",
@@ -42,19 +48,28 @@ __all__ = [
     "EXIT_MAX_TURNS",
     "EXIT_OK",
     "EXIT_USAGE",
+    "SAMPLE_PROJECT",
     "TERMINAL_EXIT",
     "CliError",
     "ProgressBar",
     "config_from",
     "console_for",
     "count_steps",
+    "demo_script",
     "ended_with_api_error",
     "exit_code",
+    "for_terminal",
+    "live_model",
     "load_json",
+    "one_line",
     "parse_overrides",
     "parse_value",
+    "printable",
+    "quiet_output",
     "read_bytes",
     "read_text",
+    "short",
+    "terminal_text",
 ]
 
 EXIT_OK = 0
@@ -192,7 +207,142 @@ def config_from(
 
 
 # ----------------------------------------------------------------------------------------------
-# The console
+# The model: live, or the demo's script
+
+SAMPLE_PROJECT = Path(__file__).resolve().parent / "sample_project"
+DEMO_PROMPT = "Fix the null pointer bug in src/auth/validate.ts"
+
+
+def demo_script() -> list[dict[str, Any]]:
+    """The seed's walk-through as a JSON model script (three model calls)."""
+    return [
+        {
+            "type": "response",
+            "blocks": [
+                {"type": "text", "text": "Let me look at the file."},
+                {"type": "tool_use", "name": "Read", "input": {"file_path": "src/auth/validate.ts"}},
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 1200, "output_tokens": 40},
+        },
+        {
+            "type": "response",
+            "blocks": [
+                {"type": "text", "text": "I see the bug on line 42 — userId can be null."},
+                {
+                    "type": "tool_use",
+                    "name": "Edit",
+                    "input": {
+                        "file_path": "src/auth/validate.ts",
+                        "old_string": "  const user = getUser(userId)",
+                        "new_string": "  if (!userId) return { error: 'unauthorized' }\n  const user = getUser(userId)",
+                    },
+                },
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 1900, "output_tokens": 90},
+        },
+        {
+            "type": "response",
+            "blocks": [{"type": "text", "text": "I've fixed the null pointer bug by adding a guard clause."}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 2100, "output_tokens": 20},
+        },
+    ]
+
+
+def live_model(
+    traits_for: Callable[[str, dict[str, Any]], Any],
+    tools: Any,
+    *,
+    instead: str = "pass --scripted FILE to use a scripted model",
+) -> tuple[Any, Any]:
+    """The SDK client (close it) and the model client on it, from ``ANTHROPIC_API_KEY``
+    (and ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_AUTH_TOKEN`` as the SDK reads them).
+
+    Raises:
+        CliError: ``ANTHROPIC_API_KEY`` is not set (the message ends "set it, or ``instead``").
+    """
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        raise CliError(f"ANTHROPIC_API_KEY is not set: set it, or {instead}")
+    from steploop.effects.model import AnthropicModelClient, make_client
+
+    client = make_client(connect_timeout=10.0, read_timeout=120.0)
+    model = AnthropicModelClient(
+        client,
+        system="You are a careful coding agent working in the user's workspace.",
+        tools=tools,
+        traits_for=traits_for,
+    )
+    return client, model
+
+
+# ----------------------------------------------------------------------------------------------
+# The terminal
+
+#: Control characters but newline and tab: C0, DEL and C1 (ESC starts every escape sequence;
+#: CSI, OSC, BEL, CR, backspace move the cursor, clear the screen, set the title or a link).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with every control character but newline and tab written as its escape
+    (``\\x1b``, ``\\r``), so that nothing from a file, a model, a trace or a hook reaches
+    the terminal as a command. Idempotent."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    ch = m.group()
+    return {"\r": "\\r", "\x0b": "\\v", "\x0c": "\\f"}.get(ch) or f"\\x{ord(ch):02x}"
+
+
+def for_terminal(text: str, redactor: Redactor | None = None) -> str:
+    """``text`` as a terminal may show it: every configured secret replaced by its marker
+    (``redactor``'s, else the environment's key and token) and every control character
+    escaped (:func:`terminal_text`)."""
+    return terminal_text((redactor if redactor is not None else Redactor()).text(text))
+
+
+def short(text: str, n: int = 100) -> str:
+    """``text`` on one line (newlines as ``⏎``), cut to ``n`` characters with ``…``."""
+    line = text.replace("\n", "⏎ ")
+    return line if len(line) <= n else line[: n - 1] + "…"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (an error message's newlines as spaces)."""
+    return " ".join(text.split("\n")) if "\n" in text else text
+
+
+def printable(out: TextIO) -> TextIO:
+    """``out``, writing a lone surrogate (text from a trace or a tool, B-TEXT-1) as its
+    ``\\udXXX`` escape instead of raising UnicodeEncodeError."""
+    reconfigure = getattr(out, "reconfigure", None)
+    if reconfigure is not None and getattr(out, "errors", None) in ("strict", "surrogateescape"):
+        reconfigure(errors="backslashreplace")
+    return out
+
+
+def quiet_output(out: TextIO) -> None:
+    """The reader of ``out`` left (``steploop ... | head``): from now on what is written to it
+    goes nowhere, so neither a later line nor the interpreter's last flush fails again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, out.fileno())
+    except (OSError, ValueError, AttributeError):  # no descriptor (a StringIO), or closed
+        pass
+    finally:
+        os.close(devnull)
+
+
+# ----------------------------------------------------------------------------------------------
+# The console (rich)
 
 
 def console_for(out: TextIO, *, stderr: bool = False) -> Any:

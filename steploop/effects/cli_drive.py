@@ -16,7 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from steploop.effects.cli_common import CliError, console_for, exit_code
+from steploop.effects.cli_common import (
+    CliError,
+    console_for,
+    exit_code,
+    for_terminal,
+    quiet_output,
+    short,
+    terminal_text,
+)
 from steploop.effects.hooks import (
     DEFAULT_TIMEOUT_S,
     PERMISSION_MODES,
@@ -26,6 +34,7 @@ from steploop.effects.hooks import (
     StopHook,
     StopHooks,
 )
+from steploop.effects.redaction import Redactor
 from steploop.effects.run import PermissionPolicy, PermissionRequest, Run, RunResult
 from steploop.effects.settings import SettingsError, load_settings, project_settings_files
 from steploop.reducer.messages import (
@@ -52,7 +61,6 @@ __all__ = [
     "describe",
     "drive",
     "permission_setup",
-    "print_result",
     "stop_hooks_from_args",
 ]
 
@@ -75,13 +83,18 @@ EXIT_MEANINGS = {
 # Display
 
 
-def _short(text: str, n: int = 100) -> str:
-    line = text.replace("\n", "⏎ ")
-    return line if len(line) <= n else line[: n - 1] + "…"
+def describe(item: object, redactor: Redactor | None = None) -> str:
+    """One line for an item the loop emitted: every secret ``redactor`` knows (by default the
+    environment's key and token) replaced before a text is cut, control characters escaped."""
+    r = redactor if redactor is not None else Redactor()
+
+    def cut(text: str, n: int = 100) -> str:
+        return short(r.text(text), n)
+
+    return for_terminal(_describe(item, cut), r)
 
 
-def describe(item: object) -> str:
-    """One line for an item the loop emitted."""
+def _describe(item: object, cut: Callable[..., str]) -> str:
     if isinstance(item, UserMessage):
         parts = []
         results = False
@@ -90,9 +103,9 @@ def describe(item: object) -> str:
                 results = True
                 lines = b.content.count("\n") + 1
                 mark = "error" if b.is_error else f"{lines} line{'s' if lines != 1 else ''}"
-                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {_short(b.content, 60)}")
+                parts.append(f"tool result ← {b.tool_use_id} ({mark}): {cut(b.content, 60)}")
             elif isinstance(b, TextBlock):
-                parts.append(_short(b.text))
+                parts.append(cut(b.text))
         if results:
             return "  " + " | ".join(parts)
         who = "user (meta)" if item.is_meta else "user"
@@ -100,24 +113,24 @@ def describe(item: object) -> str:
     if isinstance(item, AssistantMessage):
         first = item.content[0] if item.content else None
         if item.api_error is not None:
-            return f"assistant (API error): {_short(item.api_error.message)}"
+            return f"assistant (API error): {cut(item.api_error.message)}"
         if isinstance(first, TextBlock):
-            return f"assistant: {_short(first.text)}"
+            return f"assistant: {cut(first.text)}"
         if isinstance(first, ToolUseBlock):
-            args = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in first.input.items())
+            args = ", ".join(f"{k}={cut(str(v), 40)}" for k, v in first.input.items())
             return f"assistant → {first.name}({args})"
         if isinstance(first, ThinkingBlock):
-            return f"assistant (thinking): {_short(first.thinking)}"
+            return f"assistant (thinking): {cut(first.thinking)}"
         return "assistant: (block)"
     if isinstance(item, SystemMessage):
-        return f"system [{item.subtype}]: {_short(item.text)}"
+        return f"system [{item.subtype}]: {cut(item.text)}"
     if isinstance(item, AttachmentMessage):
         data = ", ".join(f"{k}={v}" for k, v in item.data)
         return f"attachment [{item.attachment_type}] {data}"
     if isinstance(item, Tombstone):
         return f"tombstone: remove {item.message_id}"
     if isinstance(item, ToolUseSummary):
-        return f"summary: {_short(item.summary)}"
+        return f"summary: {cut(item.summary)}"
     return repr(item)
 
 
@@ -140,34 +153,54 @@ def _style(item: object) -> str:
 
 
 class Display:
-    """Prints items and, after each, the transition the machine took (if it changed)."""
+    """Prints items and, after each, the transitions the machine took.
 
-    def __init__(self, out: TextIO) -> None:
+    Every line goes out with the configured secrets replaced by their markers (``redactor``:
+    the environment's key and token and the model client's credentials, as the trace hides
+    them) and every control character escaped (:func:`~steploop.effects.cli_common.terminal_text`).
+    A Continue is printed when the run passed it (``── continue: … → round N``, rounds counted
+    from ``first_round``); the Terminal only when the run is over, after everything its last
+    step emitted. When the reader of the output leaves (``| head``) the display goes quiet and
+    the run goes on to its end: the exit status is the turn's.
+    """
+
+    def __init__(self, out: TextIO, redactor: Redactor | None = None, first_round: int = 1) -> None:
         self.out = out
         self.console = console_for(out)
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.closed = False  # the reader left
+        self.round = first_round  # the round the run is in (1 + the Continues passed)
         self._shown = 0  # how many of the run's transitions are printed
-        self._round = 1
 
     def line(self, text: str, style: str = "") -> None:
+        if self.closed:
+            return
         from rich.text import Text
 
-        self.console.print(Text(text, style=style))
-        self.out.flush()
+        try:
+            self.console.print(Text(for_terminal(text, self.redactor), style=style))
+            self.out.flush()
+        except BrokenPipeError:
+            self.closed = True
+            quiet_output(self.out)
 
     def item(self, r: Run, text: str, style: str = "") -> None:
         self.line(f"  {text}", style)
         self.transition(r)
 
-    def transition(self, r: Run) -> None:
+    def transition(self, r: Run, *, done: bool = False) -> None:
+        """Print the transitions passed since the last call; the Terminal only when ``done``."""
         passed = r.transitions  # every transition the run passed through, in order
         for t in passed[self._shown :]:
             if isinstance(t, CONTINUE_TYPES):
-                self._round += 1
-                self.line(f"── continue: {t.TAG}{_payload(t)} → round {self._round}", "cyan")
+                self.round += 1
+                self.line(f"── continue: {t.TAG}{_payload(t)} → round {self.round}", "cyan")
+            elif not done:
+                return  # the last step's items come first
             else:
                 ok = t.TAG == "completed"
                 self.line(f"══ terminal: {t.TAG}{_payload(t)}", "bold green" if ok else "bold red")
-        self._shown = len(passed)
+            self._shown += 1
 
     def hook_report(self, hooks_id: int, runs: tuple[HookRun, ...]) -> None:
         """Show what the stop hooks said to the user (``systemMessage``, ``stopReason``)."""
@@ -177,6 +210,36 @@ class Display:
             if run.result.prevent and run.result.stop_reason:
                 self.line(f"  hook [{run.name}] stopped the turn: {run.result.stop_reason}", "magenta")
 
+    def result(self, res: RunResult, *, what: str = "") -> int:
+        """The result line; returns the exit code (steploop.effects.cli_common's table).
+
+        Rounds are counted as the display counted them (and as ``steploop show`` counts a
+        trace's); tokens as ``show`` counts them, "in" being everything the prompts held:
+        uncached input, cache writes and cache reads (each said). ``what`` names the part
+        of the turn counted (``resume``: "this run's ")."""
+        from rich.text import Text
+
+        u = res.usage
+        code = exit_code(res.terminal.TAG, res.state)
+        meaning = EXIT_MEANINGS.get(code, "")
+        tokens_in = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        if self.closed:
+            return code
+        text = Text("\nresult: ")
+        text.append(res.terminal.TAG, style="bold green" if code == 0 else "bold red")
+        text.append(
+            f" after {self.round} round(s); {what}tokens in/out {tokens_in:,}/{u.output_tokens:,} "
+            f"(in: {u.input_tokens:,} uncached, {u.cache_creation_input_tokens:,} cache writes, "
+            f"{u.cache_read_input_tokens:,} cache reads); exit status {code} ({meaning})"
+        )
+        try:
+            self.console.print(text)
+            self.out.flush()
+        except BrokenPipeError:
+            self.closed = True
+            quiet_output(self.out)
+        return code
+
 
 # ----------------------------------------------------------------------------------------------
 # Permissions
@@ -184,30 +247,53 @@ class Display:
 
 class PermissionAsker:
     """Answers permission requests the policy left open: on a terminal by asking; without one
-    by refusing (``None``), which ends the turn with a one-line hint on stderr."""
+    by refusing (``None``), which ends the turn with a one-line hint on stderr.
 
-    def __init__(self, interactive: bool | None = None, err: TextIO | None = None) -> None:
+    The question goes to stdout when it is a terminal, else to stderr (``run … | head`` or
+    ``| tee log``: the user still sees it, the pipe does not get it); the answer is read from
+    stdin.
+    """
+
+    def __init__(
+        self, interactive: bool | None = None, err: TextIO | None = None, redactor: Redactor | None = None
+    ) -> None:
         self.interactive = sys.stdin.isatty() if interactive is None else interactive
         self.err = err
+        self.redactor = redactor if redactor is not None else Redactor()
         self.refused: str | None = None  # the hint printed, once
 
     def __call__(self, req: PermissionRequest) -> bool | None:
         if not self.interactive:
             return None
+        args = short(self.redactor.text(json.dumps(dict(req.input))), 200)
+        what = for_terminal(f"{req.name}({args})", self.redactor)
+        ask = sys.stdout if _isatty(sys.stdout) else (self.err or sys.stderr)
         try:
-            answer = input(f"Allow {req.name}({_short(json.dumps(dict(req.input)), 200)})? [y/N] ")
-        except EOFError:
+            ask.write(f"Allow {what}? [y/N] ")
+            ask.flush()
+            answer = sys.stdin.readline()
+        except (OSError, ValueError):  # the terminal went away: nobody answered
+            return None
+        if not answer:  # end of input: nobody answered
             return None
         return answer.strip().lower() in ("y", "yes")
 
     def refuse(self, req: PermissionRequest) -> None:
         if self.refused is None:
             self.refused = (
-                f"steploop: error: {req.name} needs permission and there is no terminal to ask: "
-                f"pass --yes to allow every tool call, or --allow {req.name} (repeatable), "
+                f"steploop: error: {terminal_text(req.name)} needs permission and there is no "
+                f"terminal to ask: pass --yes to allow every tool call, or --allow "
+                f"{terminal_text(req.name)} (repeatable), "
                 "or --permission-mode acceptEdits"
             )
             print(self.refused, file=self.err or sys.stderr, flush=True)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def add_permission_args(p: argparse.ArgumentParser) -> None:
@@ -347,7 +433,7 @@ async def drive(
         async for item in r:
             if isinstance(item, PermissionRequest):
                 ok = answer(item)
-                what = f"{item.name}({_short(json.dumps(dict(item.input)), 80)})"
+                what = f"{item.name}({short(display.redactor.text(json.dumps(dict(item.input))), 80)})"
                 if ok is None:
                     refuse = getattr(answer, "refuse", None)
                     if refuse is not None:
@@ -358,25 +444,9 @@ async def drive(
                 display.item(r, f"permission? {what} → {'approved' if ok else 'rejected'}")
                 item.allow() if ok else item.reject()
             else:
-                display.item(r, describe(item), _style(item))
-        display.transition(r)
+                display.item(r, describe(item, display.redactor), _style(item))
+        display.transition(r, done=True)
     assert r.result is not None
     return r.result
 
 
-def print_result(res: RunResult, out: TextIO) -> int:
-    """The result line; returns the exit code (steploop.effects.cli_common's table)."""
-    u = res.usage
-    code = exit_code(res.terminal.TAG, res.state)
-    meaning = EXIT_MEANINGS.get(code, "")
-    console = console_for(out)
-    from rich.text import Text
-
-    text = Text("\nresult: ")
-    text.append(res.terminal.TAG, style="bold green" if code == 0 else "bold red")
-    text.append(
-        f" after {res.state.turn_count} round(s); usage: {u.input_tokens} input / "
-        f"{u.output_tokens} output tokens; exit status {code} ({meaning})"
-    )
-    console.print(text)
-    return code

@@ -598,8 +598,9 @@ def stats_command(args: argparse.Namespace, out: TextIO) -> int:
     """``steploop stats PATH...``: transition, terminal, compaction and token counts over the
     traces.
 
-    A trace that cannot be read is skipped with a warning naming it (exit status 0, as
-    before); one whose worker failed is reported as an error (exit status 2)."""
+    A trace that cannot be read is skipped with a warning naming it (exit status 0 while
+    another was read); one whose worker failed is reported as an error (exit status 2); when
+    no trace could be read at all, the exit status is 2 (a bad input file), as ``replay``'s."""
     inputs: list[str] = list(args.dir) if isinstance(args.dir, list) else [args.dir]
     outcomes, _ = _run(args, inputs, stats_task, "reading")
     err = sys.stderr
@@ -615,6 +616,9 @@ def stats_command(args: argparse.Namespace, out: TextIO) -> int:
         file=out,
     )
     print_tables(summary, out)
+    if not summary.by_status["ok"]:
+        print(f"steploop: error: none of the {summary.traces} trace(s) could be read", file=err)
+        return 2
     return 2 if summary.by_status["failed"] else 0
 
 

@@ -451,6 +451,22 @@ class ScriptedModel:
         """How many scripted entries are still unused."""
         return len(self._entries) - self._next
 
+    def skip(self, n: int) -> None:
+        """Start at entry ``n``: the first ``n`` answered an earlier part of the run (a killed
+        run that is resumed: ``ResumePoint.model_answers``). Only before the first call.
+
+        Raises:
+            ScriptError: ``n`` is more than the script holds, or a call was answered already.
+        """
+        if self.calls:
+            raise ScriptError("skip() goes before the first model call")
+        if not 0 <= n <= len(self._entries):
+            raise ScriptError(
+                f"the run used {n} answer{'s' if n != 1 else ''} already; the script holds "
+                f"{len(self._entries)}"
+            )
+        self._next = n
+
     def _first_call(self, conversation: Conversation) -> None:
         """Move every numbered id the conversation already holds to the next free number."""
         held = _tool_use_ids(conversation)

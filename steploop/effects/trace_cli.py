@@ -5,21 +5,21 @@
 ``steploop.reducer.SteploopError`` (one line, exit status 2). Exit status 1 means "ran, but the answer
 is no": a replay mismatch or divergence, or two traces that differ.
 
-``python -m steploop.effects.trace_cli`` runs these commands on their own.
+``show`` lives in :mod:`steploop.effects.show_cli`. ``python -m steploop.effects.trace_cli``
+runs these commands on their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, TextIO
-
-import attrs
 
 from steploop.effects.cli_common import (
     EXIT_INTERRUPTED,
@@ -28,23 +28,29 @@ from steploop.effects.cli_common import (
     ProgressBar,
     console_for,
     count_steps,
+    for_terminal,
+    live_model,
     load_json,
+    one_line,
     parse_overrides,
+    printable,
+    short,
 )
+from steploop.effects.redaction import Redactor
+from steploop.effects.show_cli import SHOW_ALL_UP_TO, SHOW_ENDS, cmd_show
 from steploop.effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     POLICIES,
     VERIFY_POLICIES,
-    EndRecord,
     Policy,
     ReplayProgress,
-    ResumeRecord,
     StepRecord,
-    TraceHeader,
+    TraceError,
     TraceReader,
     describe_effect,
     describe_request,
     make_provenance,
+    prepare_resume,
     replay_counterfactual_async,
     replay_exact,
     resume_trace,
@@ -52,11 +58,9 @@ from steploop.effects.trace import (
 from steploop.reducer import LoopConfig, SteploopError
 from steploop.reducer.canonical import to_data
 from steploop.reducer.config import profile_for
-from steploop.reducer.effects import CallModel, Compact, Effect, StartTool
-from steploop.reducer.events import ModelResponseEnded
-from steploop.reducer.transitions import CONTINUE_TYPES
+from steploop.reducer.effects import Effect
 
-__all__ = ["TRACE_COMMANDS", "main", "register"]
+__all__ = ["TRACE_COMMANDS", "claude_code_transcript", "explain", "main", "register"]
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
 
@@ -83,26 +87,42 @@ def _load_json(path: str) -> Any:
     return load_json(path, "script")
 
 
-def _live_model(traits_for: Callable[[str, dict[str, Any]], Any], tools: Any) -> tuple[Any, Any]:
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise CliError(
-            "ANTHROPIC_API_KEY is not set: set it to go live, or answer from a script instead"
+#: Keys of a Claude Code transcript record (never of a steploop trace record).
+_CLAUDE_CODE_KEYS = ("sessionId", "parentUuid", "leafUuid", "isSidechain", "messageId")
+
+
+def claude_code_transcript(path: str | os.PathLike[str]) -> bool:
+    """Whether the first record of ``path`` is a Claude Code transcript's: no ``record`` key,
+    and a ``type`` Claude Code writes or a key of its session chain (the first MB is read)."""
+    from steploop.effects.importer.source import CHAIN_TYPES, MESSAGE_TYPES, METADATA_TYPES
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return False
+    line = head.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0].strip()
+    try:
+        obj = json.loads(line)
+    except ValueError:  # a first line longer than what was read, or not JSON
+        return line.startswith(b'{"') and any(b'"%s":' % k.encode() in line for k in _CLAUDE_CODE_KEYS)
+    if not isinstance(obj, dict) or "record" in obj:
+        return False
+    kind = obj.get("type")
+    known = kind in MESSAGE_TYPES | CHAIN_TYPES | METADATA_TYPES
+    return isinstance(kind, str) and (known or any(k in obj for k in _CLAUDE_CODE_KEYS))
+
+
+def explain(e: Exception) -> str:
+    """The one-line message for a user error; a trace command given a Claude Code transcript
+    is told so, and what makes a trace of it."""
+    if isinstance(e, TraceError) and e.line in (None, 1) and claude_code_transcript(e.file):
+        return (
+            f"{e.file}: a Claude Code transcript, not a steploop trace; "
+            f"`steploop import {shlex.quote(e.file)}` makes a trace of it (then show or "
+            "replay that)"
         )
-    from steploop.effects.model import AnthropicModelClient, make_client
-
-    client = make_client(connect_timeout=10.0, read_timeout=120.0)
-    model = AnthropicModelClient(
-        client,
-        system="You are a careful coding agent working in the user's workspace.",
-        tools=tools,
-        traits_for=traits_for,
-    )
-    return client, model
-
-
-def _short(text: str, n: int) -> str:
-    text = text.replace("\n", "⏎ ")
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return str(e)
 
 
 def _steps(reader: TraceReader) -> Iterator[StepRecord]:
@@ -165,7 +185,11 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         from steploop.effects.tools import ToolRegistry, builtin_tools
 
         registry = ToolRegistry(builtin_tools("."))
-        client, model = _live_model(registry.traits, registry.definitions())
+        client, model = live_model(
+            registry.traits,
+            registry.definitions(),
+            instead="answer from a script instead (--on-divergence scripted --script FILE)",
+        )
 
     bytes_bar = _ByteBar("replaying", err, show)
 
@@ -226,12 +250,17 @@ class _ByteBar:
             self.bar.close()
 
 
+def _say(text: str, out: TextIO) -> None:
+    """One line of a report (text from a trace): secrets hidden, control characters escaped."""
+    print(for_terminal(text), file=out)
+
+
 def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
     """A replay's report: its first line green when it held, red when not."""
     from rich.text import Text
 
     console = console_for(out)
-    first, _, rest = text.partition("\n")
+    first, _, rest = for_terminal(text).partition("\n")
     console.print(Text(first, style="green" if ok else "bold red"))
     if rest:
         console.print(Text(rest))
@@ -272,15 +301,20 @@ def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
     return out
 
 
+def _cut(value: Any, n: int) -> str:
+    """A value's repr on one line: secrets hidden before it is cut to ``n`` characters."""
+    return short(for_terminal(repr(value)), n)
+
+
 def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
-    lines = [f"{indent}{k}: {_short(repr(va), 160)} → {_short(repr(vb), 160)}" for k, va, vb in diffs[:limit]]
+    lines = [f"{indent}{k}: {_cut(va, 160)} → {_cut(vb, 160)}" for k, va, vb in diffs[:limit]]
     if len(diffs) > limit:
         lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
     return lines
 
 
 def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
-    shown = ", ".join(f"{k} ({_short(repr(va), 60)} → {_short(repr(vb), 60)})" for k, va, vb in diffs[:limit])
+    shown = ", ".join(f"{k} ({_cut(va, 60)} → {_cut(vb, 60)})" for k, va, vb in diffs[:limit])
     return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
 
 
@@ -304,10 +338,10 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
     exact = bool(args.exact)
     changed = _field_diff(ha.config, hb.config, True)
     if changed:
-        print(f"configs differ: {_inline_fields(changed)}", file=out)
+        _say(f"configs differ: {_inline_fields(changed)}", out)
     requests = _field_diff(ha.request, hb.request, exact)
     if requests:
-        print(f"requests differ: {_inline_fields(requests)}", file=out)
+        _say(f"requests differ: {_inline_fields(requests)}", out)
 
     def chain(first: StepRecord | None, rest: Iterator[StepRecord]) -> Iterator[StepRecord]:
         if first is not None:
@@ -319,10 +353,10 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
         if sa is None or sb is None:
             longer, rec, shorter = ("B", sb, "A") if sa is None else ("A", sa, "B")
             assert rec is not None
-            print(
+            _say(
                 f"first divergence at step {rec.i}: {shorter} ends after step {n - 1}; "
                 f"{longer} continues with {describe_effect(rec.event, 200)}",
-                file=out,
+                out,
             )
             return 1
         if sa.event is None or sb.event is None:
@@ -332,238 +366,44 @@ def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
             event_diff = _field_diff(sa.event, sb.event, exact)
             same_event = not event_diff
         if not same_event:
-            print(f"first divergence at step {sa.i}: the events differ", file=out)
+            _say(f"first divergence at step {sa.i}: the events differ", out)
             for line in _show_fields(event_diff):
-                print(line, file=out)
-            print(f"  A event: {describe_effect(sa.event, 400)}", file=out)
-            print(f"  B event: {describe_effect(sb.event, 400)}", file=out)
+                _say(line, out)
+            _say(f"  A event: {describe_effect(sa.event, 400)}", out)
+            _say(f"  B event: {describe_effect(sb.event, 400)}", out)
             return 1
         if sa.effects != sb.effects:
-            print(f"first divergence at step {sa.i}: same event, the effects differ", file=out)
+            _say(f"first divergence at step {sa.i}: same event, the effects differ", out)
             for k, (ea_, eb_) in enumerate(zip_longest(sa.effects, sb.effects)):
                 if ea_ == eb_:
                     continue
                 if ea_ is None or eb_ is None:
                     who = "B" if ea_ is None else "A"
-                    print(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", file=out)
+                    _say(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", out)
                 else:
-                    print(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", file=out)
+                    _say(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", out)
                     for line in _show_fields(_field_diff(ea_, eb_, True), "    "):
-                        print(line, file=out)
+                        _say(line, out)
                 break
             for line in _effect_lines("A", sa.effects) + _effect_lines("B", sb.effects):
-                print(line, file=out)
+                _say(line, out)
             return 1
         if exact and sa.digest != sb.digest:
-            print(f"first divergence at step {sa.i}: the state digests differ", file=out)
-            print(f"  A: {sa.digest}\n  B: {sb.digest}", file=out)
+            _say(f"first divergence at step {sa.i}: the state digests differ", out)
+            _say(f"  A: {sa.digest}\n  B: {sb.digest}", out)
             return 1
         n += 1
     ea, eb = a.end, b.end
     ta = ea.terminal.TAG if ea else "no end record"
     tb = eb.terminal.TAG if eb else "no end record"
     if ta != tb:
-        print(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", file=out)
+        _say(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", out)
         return 1
     if changed or requests:
-        print(f"the same {n} steps ({ta}) from different headers", file=out)
+        _say(f"the same {n} steps ({ta}) from different headers", out)
         return 1
-    print(f"identical ({n} steps; {ta})", file=out)
+    _say(f"identical ({n} steps; {ta})", out)
     return 0
-
-
-# ----------------------------------------------------------------------------------------------
-# show
-
-
-@attrs.define
-class _Row:
-    round: int
-    transition: str = "(unfinished)"
-    tag: str = "(unfinished)"
-    calls: int = 0
-    tools: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    compactions: int = 0
-    tool_names: Counter[str] = attrs.field(factory=Counter)
-    context: int = 0  # the prompt's size at the round's last response (input + cache tokens)
-
-
-def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
-    for e in effects:
-        if isinstance(e, CallModel):
-            row.calls += 1
-        elif isinstance(e, StartTool):
-            row.tools += 1
-            row.tool_names[e.name] += 1
-        elif isinstance(e, Compact):
-            row.compactions += 1
-
-
-def _payload(t: Any) -> str:
-    data = {k: v for k, v in to_data(t).items() if k != "type"}
-    if not data:
-        return ""
-    if "error" in data and isinstance(data["error"], dict):
-        data["error"] = data["error"].get("message", "")
-    return " (" + ", ".join(f"{k}={v}" for k, v in data.items()) + ")"
-
-
-def timeline(reader: TraceReader) -> tuple[TraceHeader, list[_Row], EndRecord | None, int, int]:
-    """Rounds of a trace: a step that records a Continue ends its round with its event, and
-    its effects (the next round's model call) count for the next round.
-
-    Returns:
-        The header, the rows, the end record (None when cut off), steps and resumes.
-    """
-    rows = [_Row(round=1)]
-    steps = resumes = 0
-    for rec in reader:
-        if isinstance(rec, ResumeRecord):
-            resumes += 1
-        if not isinstance(rec, StepRecord):
-            continue
-        steps += 1
-        row = rows[-1]
-        if isinstance(rec.event, ModelResponseEnded):
-            u = rec.event.usage
-            size = u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
-            row.tokens_in += size
-            row.tokens_out += u.output_tokens
-            row.context = size
-        t = rec.transition
-        if t is not None:
-            row.transition = t.TAG + _payload(t)
-            row.tag = t.TAG
-            if isinstance(t, CONTINUE_TYPES):
-                rows.append(_Row(round=row.round + 1))
-        _count_effects(rows[-1], rec.effects)
-    assert reader.header is not None
-    return reader.header, rows, reader.end, steps, resumes
-
-
-#: ``show`` prints every round up to this many; beyond, the first and last few (``--all``).
-SHOW_ALL_UP_TO = 40
-SHOW_ENDS = 10
-
-
-def _status_style(tag: str) -> str:
-    if tag == "completed":
-        return "green"
-    if tag in ("(unfinished)",):
-        return "yellow"
-    if tag in {c.TAG for c in CONTINUE_TYPES}:
-        return ""
-    return "red"
-
-
-def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    from rich.table import Table
-    from rich.text import Text
-
-    if args.html:
-        from steploop.effects.viewer import write_html
-
-        path = write_html(args.trace, args.html)
-        print(f"wrote {path} (one self-contained file: open it in a browser)", file=out)
-        return 0
-    reader = TraceReader(args.trace)
-    header, rows, end, steps, resumes = timeline(reader)
-    console = console_for(out)
-    cfg, prov = header.config, header.provenance
-    prompt = header.request.prompt
-    text = prompt if isinstance(prompt, str) else "(blocks)"
-    console.print(Text(f"trace {reader.name}", style="bold"))
-    console.print(
-        Text(
-            f"  profile {cfg.profile_name} · model {cfg.model} · recorded "
-            f"{prov.get('created_at', '?')} with {prov.get('client') or 'no model client'}"
-        )
-    )
-    console.print(Text(f"  prompt: {_short(text, 90)}"))
-    if not args.summary:
-        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
-        for name, justify in (
-            ("round", "right"),
-            ("transition", "left"),
-            ("model calls", "right"),
-            ("tools run", "right"),
-            ("tokens in/out", "right"),
-            ("compactions", "right"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        shown: list[_Row | None] = list(rows)
-        if len(rows) > SHOW_ALL_UP_TO and not args.all:
-            shown = [*rows[:SHOW_ENDS], None, *rows[-SHOW_ENDS:]]
-        for r in shown:
-            if r is None:
-                hidden = len(rows) - 2 * SHOW_ENDS
-                table.add_row("…", Text(f"{hidden:,} rounds not shown (--all shows them, --summary totals them)", style="dim"))
-                continue
-            table.add_row(
-                str(r.round),
-                Text(r.transition, style=_status_style(r.tag)),
-                str(r.calls),
-                str(r.tools),
-                f"{r.tokens_in:,}/{r.tokens_out:,}",
-                str(r.compactions),
-            )
-        console.print(table)
-    if args.summary or len(rows) > SHOW_ALL_UP_TO:
-        _print_summary(console, rows)
-    ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
-    resumed = f"; resumed {resumes}x" if resumes else ""
-    line = Text(f"{steps} steps, {len(rows)} round(s); ")
-    line.append(ended, style=_status_style(end.terminal.TAG if end is not None else "(unfinished)"))
-    line.append(resumed)
-    console.print(line)
-    return 0
-
-
-def _print_summary(console: Any, rows: Sequence[_Row]) -> None:
-    """Totals per round kind (the transition that ended it), tools by name, tokens."""
-    from rich.table import Table
-    from rich.text import Text
-
-    kinds: dict[str, list[_Row]] = {}
-    for r in rows:
-        kinds.setdefault(r.tag, []).append(r)
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), title=None)
-    for name, justify in (
-        ("rounds ended by", "left"),
-        ("rounds", "right"),
-        ("model calls", "right"),
-        ("tools run", "right"),
-        ("tokens in/out", "right"),
-        ("compactions", "right"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for tag, rs in sorted(kinds.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        table.add_row(
-            Text(tag, style=_status_style(tag)),
-            f"{len(rs):,}",
-            f"{sum(r.calls for r in rs):,}",
-            f"{sum(r.tools for r in rs):,}",
-            f"{sum(r.tokens_in for r in rs):,}/{sum(r.tokens_out for r in rs):,}",
-            f"{sum(r.compactions for r in rs):,}",
-        )
-    table.add_row(
-        Text("total", style="bold"),
-        f"{len(rows):,}",
-        f"{sum(r.calls for r in rows):,}",
-        f"{sum(r.tools for r in rows):,}",
-        f"{sum(r.tokens_in for r in rows):,}/{sum(r.tokens_out for r in rows):,}",
-        f"{sum(r.compactions for r in rows):,}",
-    )
-    console.print(table)
-    tools: Counter[str] = Counter()
-    for r in rows:
-        tools.update(r.tool_names)
-    shown = ", ".join(f"{name} {n:,}" for name, n in sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))
-    console.print(Text(f"tools by name: {shown or 'none'}"))
-    peak = max((r.context for r in rows), default=0)
-    console.print(Text(f"largest prompt: {peak:,} tokens"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -588,50 +428,57 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         PermissionAsker,
         drive,
         permission_setup,
-        print_result,
         stop_hooks_from_args,
     )
+    from steploop.effects.redaction import client_secrets
     from steploop.effects.tools import ToolRegistry, builtin_tools
+    from steploop.effects.trace.resume import check_resumable
 
-    # read the trace before anything else: a bad trace is the first thing to report
-    head = TraceReader(args.trace, tolerate_truncated_tail=True)
-    for _ in head:
-        break
-    assert head.header is not None
-    recorded_ws = head.header.provenance.get("workspace")
+    # read the trace before anything else: a bad trace is the first thing to report; nothing
+    # is written to it before everything else is checked
+    point = prepare_resume(args.trace)
+    check_resumable(point)
+    recorded_ws = point.header.provenance.get("workspace")
     ws_arg = args.workspace or (recorded_ws if isinstance(recorded_ws, str) else ".")
     workspace = Path(ws_arg).resolve()
     if not workspace.is_dir():
         raise CliError(f"workspace {workspace} is not a directory (pass --workspace DIR)")
     registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
     policy, mode = permission_setup(args)
-    display = Display(out)
+    redactor = Redactor()
+    display = Display(out, redactor, first_round=point.rounds)
     hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
-    for note in notes:
-        display.line(note, "yellow")
     client: Any = None
     model: Any
+    script: Any = None
     if args.scripted:
         from steploop.effects.scripted import ScriptedModel, ScriptError
 
         try:
-            model = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+            script = ScriptedModel.from_json(_load_json(args.scripted), traits_for=registry.traits)
+            script.skip(point.model_answers)  # the killed run's script: on from the first unused
         except ScriptError as bad:
             raise CliError(f"script {args.scripted}: {bad}") from None
+        model = script
     else:
-        client, model = _live_model(registry.traits, registry.definitions())
-    with resume_trace(
-        args.trace, provenance=make_provenance(model=model, workspace=workspace)
-    ) as rs:
-        point = rs.point
+        client, model = live_model(registry.traits, registry.definitions())
+    redactor.add(client_secrets(model))
+    for note in notes:
+        display.line(note, "yellow")
+    with resume_trace(point, provenance=make_provenance(model=model, workspace=workspace)) as rs:
         cut = " (dropped a truncated last line)" if point.truncated_tail else ""
-        print(f"resuming {point.path} after step {point.last_step}{cut}", file=out)
+        used = (
+            f"; the script goes on from its answer {point.model_answers + 1}"
+            if script is not None
+            else ""
+        )
+        display.line(f"resuming {point.path} after step {point.last_step}{cut}{used}")
         for ev in rs.synthesized:
-            print(f"  settled: {describe_effect(ev, 160)}", file=out)
+            display.line(f"  settled: {describe_effect(ev, 160)}")
         for e in rs.reissued:
-            print(f"  issued again: {describe_request(e)}", file=out)
+            display.line(f"  issued again: {describe_request(e)}")
         for e in rs.requested:
-            print(f"  then: {describe_request(e)}", file=out)
+            display.line(f"  then: {describe_request(e)}")
         r = rs.run(
             model=model,
             tools=registry,
@@ -642,14 +489,14 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
 
         async def go() -> Any:
             try:
-                return await drive(r, display, PermissionAsker())
+                return await drive(r, display, PermissionAsker(redactor=redactor))
             finally:
                 if client is not None:
                     await client.close()
 
         res = anyio.run(go)
-    code = print_result(res, out)
-    print(f"appended to {point.path}", file=out)
+    code = display.result(res, what="this run's ")
+    display.line(f"appended to {point.path}")
     return code
 
 
@@ -743,7 +590,12 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
     r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")
     r.add_argument("trace", metavar="TRACE")
-    r.add_argument("--scripted", metavar="FILE", help="answer model calls from a JSON script")
+    r.add_argument(
+        "--scripted",
+        metavar="FILE",
+        help="answer model calls from the killed run's JSON script, from the first answer "
+        "the recorded part did not use",
+    )
     r.add_argument("--workspace", metavar="DIR", help="default: the one recorded in the trace")
     r.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
     from steploop.effects.cli_drive import add_permission_args, add_stop_hook_args
@@ -756,8 +608,6 @@ def register(subparsers: Any) -> dict[str, Handler]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one trace command (what ``steploop`` does for these commands)."""
-    from steploop.effects.cli import printable
-
     out = printable(out or sys.stdout)
     parser = argparse.ArgumentParser(prog="steploop", description="steploop trace commands")
     register(parser.add_subparsers(dest="command", required=True))
@@ -765,7 +615,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return int(args.handler(args, out))
     except (CliError, SteploopError) as e:
-        print(f"steploop: error: {e}", file=sys.stderr)
+        print(f"steploop: error: {for_terminal(one_line(explain(e)))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)

@@ -27,8 +27,10 @@ so that hook scripts written for Claude Code can read the file at ``transcript_p
   (command, durationMs), ``hookErrors``, ``preventedContinuation`` and ``stopReason``.
 
 Secrets never reach the file: the values of ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_AUTH_TOKEN``,
-and any ``secrets=`` given, are replaced by ``[REDACTED]`` in every string of a record before
-it is encoded (so a secret with ``"``, ``\\`` or non-ASCII characters is found too).
+any ``secrets=`` given, and the model client's credentials (a key given to the client directly,
+a custom auth header) are replaced, in every string of a record before it is encoded, by the
+same marker the trace uses (:mod:`steploop.effects.redaction`: ``[REDACTED***]`` of the
+secret's length; so a secret with ``"``, ``\\`` or non-ASCII characters is found too).
 
 I/O is blocking but small (one line per message, flushed); the ``a``-prefixed coroutines run
 the same operations in a worker thread for callers that must not block the event loop. Await
@@ -51,6 +53,7 @@ from typing import IO, Any
 
 import anyio.to_thread
 
+from steploop.effects.redaction import REDACTED, Redactor
 from steploop.reducer.effects import CallModel, Compact, Effect
 from steploop.reducer.events import (
     CompactionFinished,
@@ -92,18 +95,6 @@ __all__ = [
 TRANSCRIPT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://steploop.invalid/transcript")
 
 _MESSAGE_TYPES = frozenset({"user", "assistant", "system", "attachment"})
-
-#: What a secret is replaced by.
-REDACTED = "[REDACTED]"
-_SECRET_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-_MIN_SECRET_LEN = 8  # shorter strings would match too much to be secrets worth hiding
-
-
-def _secrets(extra: Iterable[str] | None) -> tuple[str, ...]:
-    found = [os.environ.get(name, "") for name in _SECRET_ENV]
-    found.extend(extra or ())
-    return tuple(sorted({s for s in found if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True))
-
 
 def _api_id(prefix: str, session_id: str, response_id: str) -> str:
     """A stable id in the API's shape for a response the client gave no id for."""
@@ -249,20 +240,6 @@ def tool_use_result(
     return None
 
 
-def _redact(value: Any, secrets: Sequence[str], count: list[int]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret in value:
-                count[0] += value.count(secret)
-                value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {_redact(k, secrets, count): _redact(v, secrets, count) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v, secrets, count) for v in value]
-    return value
-
-
 def _dumps(record: dict[str, Any]) -> bytes:
     # json escapes "\n" inside strings, so one record is always exactly one line.
     text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
@@ -281,7 +258,9 @@ class TranscriptWriter:
 
     ``session_id``: None gives a fresh UUID (:attr:`session_id` says which). ``api_ids``: the
     API's ``(message id, request id)`` of a call's response, by ``call_id``, when the model
-    client has them (``AnthropicModelClient.api_ids``); either may be None.
+    client has them (``AnthropicModelClient.api_ids``); either may be None. ``secrets``: more
+    strings to redact. ``model``: the model client, whose credentials are redacted too (None:
+    the client ``api_ids`` is a method of, if it is one).
     """
 
     def __init__(
@@ -295,6 +274,7 @@ class TranscriptWriter:
         secrets: Iterable[str] | None = None,
         stop_hooks: object | None = None,
         api_ids: Callable[[int], tuple[str | None, str | None]] | None = None,
+        model: object | None = None,
     ) -> None:
         self._path = Path(path)
         self._session_id = str(uuid.uuid4()) if session_id is None else session_id
@@ -311,8 +291,10 @@ class TranscriptWriter:
         self._last_uuid: str | None = None
         self._tool_use_records: dict[str, str] = {}  # tool_use id -> uuid of its record
         self._tool_uses: dict[str, tuple[str, Mapping[str, Any]]] = {}  # id -> (name, input)
-        self._secrets = _secrets(secrets)
-        self._redactions = [0]
+        # the client's credentials: the model given, else the owner of ``api_ids`` (run()
+        # passes the model client's bound ``api_ids``)
+        owner = model if model is not None else getattr(api_ids, "__self__", None)
+        self._redactor = Redactor(secrets, model=owner)
         self._stop_hooks = stop_hooks  # has .report(hooks_id) -> runs (steploop.effects.hooks.StopHooks)
         self._pending: list[tuple[AssistantMessage, dict[str, Any]]] = []  # held, one response
         self._compacts: dict[int, Compact] = {}  # running compactions, by id
@@ -334,7 +316,7 @@ class TranscriptWriter:
     @property
     def redactions(self) -> int:
         """How many times a secret was replaced in this file."""
-        return self._redactions[0]
+        return self._redactor.redactions
 
     def uuid_of(self, message_id: str) -> str:
         """The uuid the record of ``message_id`` has (or would have) in this session."""
@@ -446,9 +428,7 @@ class TranscriptWriter:
         handle.flush()
 
     def _redacted(self, record: dict[str, Any]) -> dict[str, Any]:
-        if not self._secrets:
-            return record
-        out: dict[str, Any] = _redact(record, self._secrets, self._redactions)
+        out: dict[str, Any] = self._redactor.value(record)
         return out
 
     def _hold(self, message: AssistantMessage) -> None:

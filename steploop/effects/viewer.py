@@ -8,7 +8,8 @@ report. It shows
   response against the context window, with the auto-compact threshold and the blocking limit
   drawn across; the bar's colour says how the round ended (a Continue, ``completed``, another
   Terminal); marks under it count the tool calls; hovering a bar names its transition, tools
-  and tokens;
+  and tokens (the words of ``steploop show`` and ``run``: "tokens in" counts every prompt
+  token, cache reads and writes included);
 * the machine's diagram: every phase and every phase-to-phase edge the explorer observes
   (the same edges as ``steploop graph``), with the edges this run took highlighted and counted.
 
@@ -261,8 +262,8 @@ _JS = r"""
     var rect = el("rect", {"class": "round " + r.kind, x: x, y: top + height - h, width: bar, height: h,
                            fill: data.colours[r.kind], "data-round": r.round}, svg);
     var tools = Object.keys(r.tools).map(function (k) { return k + " ×" + r.tools[k]; }).join(", ");
-    var text = "round " + r.round + ": " + (r.transition || "(unfinished)") + " · context " +
-      r.context.toLocaleString() + " tokens · in/out " + r.tokens_in.toLocaleString() + "/" +
+    var text = "round " + r.round + ": " + (r.transition || "(unfinished)") + " · prompt " +
+      r.context.toLocaleString() + " tokens · tokens in/out " + r.tokens_in.toLocaleString() + "/" +
       r.tokens_out.toLocaleString() + " · model calls " + r.calls + " · tools " + (tools || "none") +
       (r.compactions ? " · compactions " + r.compactions : "");
     el("title", {}, rect).textContent = text;

@@ -811,11 +811,16 @@ def test_resume_refuses_a_finished_or_inconsistent_trace(tmp_path: Path) -> None
 def test_cli_resume_with_a_script_appends_and_completes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`steploop resume TRACE --scripted FILE` continues the cut run and appends to it."""
+    """`steploop resume TRACE --scripted FILE` continues the cut run and appends to it; the
+    run's script goes on from the answer the cut run did not use (its second)."""
     path = record_tool_round(tmp_path / "t.jsonl")
     _cut_after_step(path, 5)  # call 2 issued, nothing streamed yet
     script = tmp_path / "script.json"
-    script.write_text(json.dumps([{"type": "reply", "text": "It prints hi."}]), encoding="utf-8")
+    entries = [
+        {"type": "tool_call", "name": "Read", "input": {"file_path": "a.py"}},
+        {"type": "reply", "text": "It prints hi."},
+    ]
+    script.write_text(json.dumps(entries), encoding="utf-8")
     ws = tmp_path / "ws"
     ws.mkdir()
     code, out, err = cli(

@@ -1343,6 +1343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = ("killed", "timeout", "identical") if args.rerun_survivors else None
         reused = [o for o in recorded if keep is None or o.status in keep]
     if args.report:
+        if not reused:  # nothing to sum up: no "kill rate 100.0%" of 0 mutants
+            missing = not args.json.exists()
+            why = "no such file" if missing else "no outcome of these mutants"
+            print(f"mutation: --report: {args.json}: {why} (write it with --full --json FILE)")
+            return 2
         return _print_summary(reused, equivalents, args, len(chosen), 0.0)
     done_keys = {o.mutant.key for o in reused}
     todo = [m for m in chosen if m.key not in done_keys]

@@ -404,10 +404,11 @@ def violations(data: bytes, golden: Path, tmp: Path) -> dict[str, str]:
         bad: str | None = None
         if o.escaped is not None:
             bad = "traceback"
-        elif cmd == "stats":
-            if o.code != 0:
+        elif cmd == "stats":  # the directory's only trace: read (exit 0) or skipped (exit 2)
+            skipped = any("skipped" in x and str(path) in x for x in o.stderr_lines)
+            if o.code not in (0, 2) or (o.code == 2) != skipped:
                 bad = "bad_exit"
-            elif not valid and not any("skipped" in x and str(path) in x for x in o.stderr_lines):
+            elif not valid and not skipped:
                 bad = "accepted_invalid"
         elif o.code == 0 and not valid:
             bad = "accepted_invalid"

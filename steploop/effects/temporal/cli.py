@@ -29,9 +29,12 @@ from steploop.effects.cli_common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    SAMPLE_PROJECT,
     CliError,
     config_from,
+    demo_script,
     exit_code,
+    live_model,
     load_json,
 )
 from steploop.reducer import SteploopError
@@ -148,7 +151,6 @@ def register(subparsers: Any) -> None:
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     _need_temporal()
-    from steploop.effects.cli import SAMPLE_PROJECT, demo_script
     from steploop.effects.tools import ToolRegistry, builtin_tools
 
     if args.demo and args.workspace is None:
@@ -167,9 +169,7 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
         script = demo_script() if args.demo else load_json(args.scripted, "script")
         model = ByCallId(ScriptedModel.from_json(script, traits_for=tools.traits))
     else:
-        from steploop.effects.trace_cli import _live_model
-
-        _, model = _live_model(tools.traits, tools.definitions())
+        _, model = live_model(tools.traits, tools.definitions())
     _run_to_exit(_work(args, model, tools, workspace, out), out)
 
 

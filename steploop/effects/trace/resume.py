@@ -20,10 +20,16 @@ from steploop.reducer.effects import (
     Effect,
     StartTool,
 )
-from steploop.reducer.events import Event, ModelCallFailed, ToolFinished
+from steploop.reducer.events import (
+    Event,
+    ModelBlockReceived,
+    ModelCallFailed,
+    ModelResponseEnded,
+    ToolFinished,
+)
 from steploop.reducer.machine import advance
 from steploop.reducer.protocol import Ledger, answers, awaiting, opens
-from steploop.reducer.transitions import TERMINAL_TYPES, Terminal, Transition
+from steploop.reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES, Terminal, Transition
 
 if TYPE_CHECKING:
     from steploop.effects.run import Run
@@ -45,6 +51,12 @@ class ResumePoint:
     reissue: tuple[Effect, ...]  # recorded effects whose answers are not recorded
     partial_calls: frozenset[int]  # model calls that had streamed part of their answer
     finished: Terminal | None  # the turn already ended
+    model_answers: int = 0
+    """The model calls the prefix recorded an answer to, in whole or in part: a script that
+    answered the killed run used this many entries (``ScriptedModel.skip``)."""
+    rounds: int = 1
+    """The round the prefix ended in: 1 + the Continues it passed (as ``steploop show``
+    counts them)."""
 
 
 def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
@@ -58,9 +70,15 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
     walk = _Walk(reader)
     ledger = Ledger()  # the requests of the prefix: opened, answered, withdrawn
     last = -1
+    answered: set[int] = set()  # model calls with a recorded answer event
+    rounds = 1
     for rec in walk:
         if not isinstance(rec, StepRecord):
             continue
+        if isinstance(rec.event, (ModelBlockReceived, ModelResponseEnded, ModelCallFailed)):
+            answered.add(rec.event.call_id)
+        if isinstance(rec.transition, CONTINUE_TYPES):
+            rounds += 1
         mm = _check_step(walk, rec)
         if mm is not None:
             raise reader.error(
@@ -96,6 +114,8 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
         reissue=reissue,
         partial_calls=streamed,
         finished=finished,
+        model_answers=len(answered),
+        rounds=rounds,
     )
 
 
@@ -227,19 +247,12 @@ class Resumption:
         self.close()
 
 
-def resume_trace(
-    path: str | os.PathLike[str],
-    *,
-    clock_ms: Callable[[], int] | None = None,
-    provenance: Mapping[str, Any] | None = None,
-    secrets: Iterable[str] | None = None,
-) -> Resumption:
-    """Open a cut-off trace to continue its run, appending to it (see :class:`Resumption`).
+def check_resumable(point: ResumePoint) -> None:
+    """Raise unless there is something to resume at ``point``.
 
     Raises:
-        TraceError: the trace is unreadable, inconsistent, or its turn already ended.
+        TraceError: the turn already ended.
     """
-    point = prepare_resume(path)
     if point.finished is not None:
         raise TraceError(
             point.path,
@@ -247,4 +260,23 @@ def resume_trace(
             f"the run already ended ({point.finished.TAG}) at step {point.last_step}; "
             "nothing to resume",
         )
+
+
+def resume_trace(
+    path: str | os.PathLike[str] | ResumePoint,
+    *,
+    clock_ms: Callable[[], int] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] | None = None,
+) -> Resumption:
+    """Open a cut-off trace to continue its run, appending to it (see :class:`Resumption`).
+
+    ``path``: the trace, or the :class:`ResumePoint` :func:`prepare_resume` made of it (to
+    look at it before anything is written).
+
+    Raises:
+        TraceError: the trace is unreadable, inconsistent, or its turn already ended.
+    """
+    point = path if isinstance(path, ResumePoint) else prepare_resume(path)
+    check_resumable(point)
     return Resumption(point, clock_ms=clock_ms or _wall_ms, provenance=provenance, secrets=secrets)
