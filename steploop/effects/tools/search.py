@@ -34,6 +34,7 @@ __all__ = [
     "Grep",
     "GrepOptions",
     "check_glob_pattern",
+    "grep_visit",
     "link_target_file",
 ]
 
@@ -211,7 +212,7 @@ class Glob(WorkspaceTool):
         return await guarded(work)
 
 
-def _grep_visit(state: bool, name: str, is_dir: bool) -> tuple[bool | None, bool]:
+def grep_visit(state: bool, name: str, is_dir: bool) -> tuple[bool | None, bool]:
     """Grep's tree walk: every file, every directory but version-control ones."""
     if is_dir:
         return (None if name in SKIPPED_DIRS else True), False
@@ -470,7 +471,7 @@ class Grep(WorkspaceTool):
                     if wanted(rel):
                         search(walker, single, rel, explicit=True)
                 else:
-                    for name, is_link in walker.tree(True, _grep_visit, stop=enough):
+                    for name, is_link in walker.tree(True, grep_visit, stop=enough):
                         rel = walker.display(name)
                         if not wanted(rel):
                             continue
