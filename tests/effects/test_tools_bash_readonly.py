@@ -22,7 +22,7 @@ CASES: list[tuple[str, bool, str]] = [
     ("wc -l </dev/null", True, "</dev/null stripped"),
     ("ls 2>/dev/null|head", False, "stripped only before a space or the end, as Claude Code"),
     ('ls 2>"/dev/null" ', False, "a quoted target is not stripped"),
-    ("sed 's/a/b/ 2>&1' f.txt", False, "quoted text is never a redirection"),
+    ("sed 's/a/b/ 2>&1 ' f.txt", False, "quoted text is never a redirection"),
     ("echo hi >&2", False, ">&2 is not among the stripped forms"),
     ("ls &>/dev/null", False, "&> leaves a background &"),
     # anything else redirected, expanded or grouped
