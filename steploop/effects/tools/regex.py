@@ -15,7 +15,6 @@ refused, as ripgrep refuses it, pointing to ``multiline``.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Iterator
 from typing import Any, Final
@@ -71,10 +70,10 @@ class Regex:
     def lines(self, data: bytes) -> Iterator[tuple[int, int]]:
         """The matches in ``data``, in order, as (first line, last line), counting from 0; one
         per matching line outside multiline mode (the lines a match spans in it)."""
-        starts: list[int] | None = None
         size = len(data)
         ends_with_newline = data.endswith(b"\n")
         pos = 0
+        line, counted_to = 0, 0  # the line at offset counted_to (line breaks counted in C)
         while pos <= size:
             match = self._compiled.search(data, pos)
             if match is None:
@@ -82,18 +81,17 @@ class Regex:
             begin, end = match.span()
             if begin == size and (size == 0 or ends_with_newline):
                 return  # the empty "line" after the last line break is no line
-            if starts is None:
-                starts = [0, *(m.end() for m in re.finditer(b"\n", data))]
-            first = bisect.bisect_right(starts, begin) - 1
+            line += data.count(b"\n", counted_to, begin)
+            counted_to = begin
             if not self.multiline:
-                yield first, first
-                after = first + 1
-                if after >= len(starts):
+                yield line, line
+                after = data.find(b"\n", begin)
+                if after < 0:
                     return
-                pos = starts[after]
+                pos = after + 1
                 continue
-            last = bisect.bisect_right(starts, max(begin, end - 1)) - 1
-            yield first, last
+            last = line + data.count(b"\n", begin, max(begin, end - 1))
+            yield line, last
             pos = end if end > begin else begin + 1
 
 

@@ -22,7 +22,6 @@ from steploop.effects.tools.fileio import (
     guarded,
     open_regular,
     schema,
-    split_lines,
 )
 from steploop.effects.tools.regex import PatternError, Regex, compile_regex
 from steploop.reducer.events import InterruptBehavior
@@ -306,12 +305,21 @@ class GrepOptions:
 
 @attrs.frozen
 class _Hits:
-    """The matching lines of one file (0-based, sorted) and its lines."""
+    """The matching lines of one file (0-based, in order) and, for content mode, its lines
+    (UTF-8, split at line breaks: one more than the lines when the file ends with one)."""
 
     rel: str
     mtime_ns: int
     matched: list[int]
-    lines: list[str]
+    lines: list[bytes]
+
+    def line(self, n: int) -> str:
+        text = self.lines[n].decode("utf-8")
+        return text[:-1] if text.endswith("\r") else text
+
+    @property
+    def count(self) -> int:
+        return len(self.lines) - (self.lines[-1:] == [b""])
 
 
 def _content(hits: list[_Hits], opts: GrepOptions, cap: int) -> str:
@@ -326,7 +334,7 @@ def _content(hits: list[_Hits], opts: GrepOptions, cap: int) -> str:
         is_match = set(matched)
         groups: list[list[int]] = []
         for m in matched:
-            lo, hi = max(0, m - opts.before), min(len(hit.lines) - 1, m + opts.after)
+            lo, hi = max(0, m - opts.before), min(hit.count - 1, m + opts.after)
             if groups and lo <= groups[-1][1] + 1:
                 groups[-1][1] = max(groups[-1][1], hi)
             else:
@@ -337,7 +345,7 @@ def _content(hits: list[_Hits], opts: GrepOptions, cap: int) -> str:
             for n in range(lo, hi + 1):
                 sep = ":" if n in is_match else "-"
                 number = f"{n + 1}{sep}" if opts.line_numbers else ""
-                out.append(f"{hit.rel}{sep}{number}{hit.lines[n][:MAX_GREP_LINE_CHARS]}")
+                out.append(f"{hit.rel}{sep}{number}{hit.line(n)[:MAX_GREP_LINE_CHARS]}")
         if left <= 0:
             break
     return "\n".join(out)
@@ -445,8 +453,8 @@ class Grep(WorkspaceTool):
                     return
                 matched = _matched_lines(regex, data, opts, guard)
                 if matched:
-                    text = data.decode("utf-8")
-                    hits.append(_Hits(rel, st.st_mtime_ns, matched, split_lines(text)))
+                    lines = data.split(b"\n") if opts.mode == "content" else []
+                    hits.append(_Hits(rel, st.st_mtime_ns, matched, lines))
                     counted += len(matched)
 
             def enough() -> bool:
