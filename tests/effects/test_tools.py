@@ -71,6 +71,11 @@ async def run(
     return await registry.run(name, input, ctx(workspace), timeout_s)
 
 
+async def read_first(registry: ToolRegistry, workspace: Path, path: str) -> None:
+    """Read ``path`` as the model would before changing it (E-STALE-1)."""
+    assert not (await run(registry, workspace, "Read", {"file_path": path})).is_error
+
+
 def assert_tool_error(output: ToolOutput, *fragments: str) -> None:
     assert output.is_error, output
     assert output.content.startswith("<tool_use_error>"), output.content
@@ -636,6 +641,7 @@ async def test_write_size_cap(workspace: Path) -> None:
 async def test_edit_replaces_unique_string(registry: ToolRegistry, workspace: Path) -> None:
     """Edit replaces a string that occurs exactly once."""
     (workspace / "f.py").write_text("x = 1\ny = 2\n")
+    await read_first(registry, workspace, "f.py")
     output = await run(
         registry,
         workspace,
@@ -650,6 +656,7 @@ async def test_edit_replaces_unique_string(registry: ToolRegistry, workspace: Pa
 async def test_edit_not_found(registry: ToolRegistry, workspace: Path) -> None:
     """Edit reports a missing old_string and leaves the file alone."""
     (workspace / "f.py").write_text("x = 1\n")
+    await read_first(registry, workspace, "f.py")
     output = await run(
         registry, workspace, "Edit", {"file_path": "f.py", "old_string": "z", "new_string": "w"}
     )
@@ -661,6 +668,7 @@ async def test_edit_not_found(registry: ToolRegistry, workspace: Path) -> None:
 async def test_edit_not_unique(registry: ToolRegistry, workspace: Path) -> None:
     """Edit refuses an ambiguous old_string unless replace_all is set."""
     (workspace / "f.py").write_text("a a a\n")
+    await read_first(registry, workspace, "f.py")
     output = await run(
         registry, workspace, "Edit", {"file_path": "f.py", "old_string": "a", "new_string": "b"}
     )
@@ -672,6 +680,7 @@ async def test_edit_not_unique(registry: ToolRegistry, workspace: Path) -> None:
 async def test_edit_replace_all(registry: ToolRegistry, workspace: Path) -> None:
     """replace_all replaces every occurrence and reports the count."""
     (workspace / "f.py").write_text("a a a\n")
+    await read_first(registry, workspace, "f.py")
     output = await run(
         registry,
         workspace,
@@ -704,6 +713,7 @@ async def test_edit_size_cap(workspace: Path) -> None:
     big = {"file_path": "big", "old_string": "x", "new_string": "y", "replace_all": True}
     assert_tool_error(await run(registry, workspace, "Edit", big), "too large")
     (workspace / "small").write_text("abc")
+    await read_first(registry, workspace, "small")
     grow = {"file_path": "small", "old_string": "b", "new_string": "b" * 20}
     assert_tool_error(await run(registry, workspace, "Edit", grow), "too large")
     assert (workspace / "small").read_text() == "abc"

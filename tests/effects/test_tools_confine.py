@@ -15,7 +15,10 @@ from typing import Any
 import anyio
 import pytest
 
-import steploop.effects.tools.builtin as builtin_module
+import steploop.effects.tools.confine as confine_module
+import steploop.effects.tools.fileio as fileio_module
+import steploop.effects.tools.files as files_module
+import steploop.effects.tools.search as search_module
 from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
 
 
@@ -168,6 +171,7 @@ async def test_write_and_edit_replace_atomically(workspace: Path) -> None:
     target.chmod(0o640)
     before = target.stat().st_ino
     registry = ToolRegistry(builtin_tools(workspace))
+    assert not (await call(registry, "Read", {"file_path": "f.txt"})).is_error
     assert not (await call(registry, "Write", {"file_path": "f.txt", "content": "b\n"})).is_error
     assert target.stat().st_ino != before
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
@@ -193,13 +197,12 @@ class _SlowOs(ModuleType):
         return os.open(*args, **kwargs)
 
 
-def _slow_file_system(monkeypatch: pytest.MonkeyPatch, delay: float) -> None:
-    import steploop.effects.tools as tools_package
+_FILE_MODULES = (confine_module, fileio_module, files_module, search_module)
 
-    for name in ("builtin", "confine"):
-        module = getattr(tools_package, name, None)
-        if isinstance(module, ModuleType) and hasattr(module, "os"):
-            monkeypatch.setattr(module, "os", _SlowOs(delay))
+
+def _slow_file_system(monkeypatch: pytest.MonkeyPatch, delay: float) -> None:
+    for module in _FILE_MODULES:
+        monkeypatch.setattr(module, "os", _SlowOs(delay))
 
 
 GIVE_UP_CALLS: list[tuple[str, dict[str, Any]]] = [
@@ -243,9 +246,10 @@ async def test_file_tools_give_up_at_their_timeout(
     assert sorted(os.listdir(workspace)) == ["f.txt"]
 
 
-def test_builtin_module_uses_os_through_its_global() -> None:
+def test_file_modules_use_os_through_their_global() -> None:
     """The slow file system above reaches the tools through these module globals."""
-    assert vars(builtin_module)["os"] is os
+    for module in _FILE_MODULES:
+        assert vars(module)["os"] is os, module
 
 
 @pytest.mark.anyio

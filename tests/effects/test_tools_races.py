@@ -190,7 +190,8 @@ def _restore(outside: Path, want: dict[str, bytes | None]) -> None:
 
 
 async def _hammer(tool: str, ws: Path, outside: Path, attempts: int) -> dict[str, dict[str, int]]:
-    registry = ToolRegistry(builtin_tools(ws))
+    # Without the read-before-write rule, so that every Write and Edit reaches its write.
+    registry = ToolRegistry(builtin_tools(ws, require_read_before_write=False))
     ctx = ToolContext(workspace=ws, tool_use_id="toolu_race")
     clean = _snapshot(outside)
     fingerprint = _signature(outside)

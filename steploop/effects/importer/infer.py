@@ -6,15 +6,13 @@ docstrings and in the ``inferred`` provenance key of every imported trace.
 
 from __future__ import annotations
 
-import re
-import shlex
 from typing import Any, Literal
 
+from steploop.effects.tools.bash_readonly import is_read_only_command
 from steploop.reducer import LoopConfig, claude_code_2_1_88
 from steploop.reducer.events import ToolTraits
 
 __all__ = [
-    "BASH_READ_ONLY",
     "SAFE_TOOLS",
     "bash_is_read_only",
     "config_for",
@@ -48,55 +46,14 @@ SAFE_TOOLS = frozenset(
         "ReadMcpResourceTool",
     }
 )
-#: Programs whose invocation only reads (IMP-12, Bash): a conservative stand-in for Claude
-#: Code's read-only command check, which is not in the transcript.
-BASH_READ_ONLY = frozenset(
-    {
-        "ls", "cat", "head", "tail", "grep", "rg", "egrep", "fgrep", "wc", "pwd", "echo",
-        "which", "whereis", "type", "file", "stat", "du", "df", "tree", "sort", "uniq", "diff",
-        "cut", "tr", "basename", "dirname", "realpath", "readlink", "date", "whoami", "id",
-        "uname", "env", "printenv", "true", "false", "less", "more", "jq", "nl", "od", "hexdump",
-        "md5sum", "sha256sum", "cmp", "column", "test", "[",
-    }
-)  # fmt: skip
-_GIT_READ_ONLY = frozenset(
-    {"status", "log", "diff", "show", "branch", "rev-parse", "ls-files", "blame", "remote",
-     "describe", "shortlog", "reflog", "ls-tree", "cat-file", "grep", "config"}
-)  # fmt: skip
-_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
 
 
 def bash_is_read_only(command: str) -> bool:
-    """IMP-12: every part of the command runs a read-only program and nothing is redirected
-    into a file. Anything this cannot parse counts as not read-only (the reference's default)."""
-    if not command.strip() or ">" in command.replace("2>&1", "").replace(">&2", ""):
-        return False
-    if "$(" in command or "`" in command:
-        return False
-    for part in _SPLIT.split(command.strip()):
-        if not part:
-            continue
-        try:
-            words = shlex.split(part)
-        except ValueError:
-            return False
-        while words and "=" in words[0] and not words[0].startswith("="):
-            words = words[1:]  # VAR=value prefixes
-        if not words:
-            continue
-        prog = words[0].rsplit("/", 1)[-1]
-        if prog == "git":
-            sub = next((w for w in words[1:] if not w.startswith("-")), "")
-            if sub not in _GIT_READ_ONLY:
-                return False
-            continue
-        if prog == "find" and any(w in ("-exec", "-execdir", "-delete", "-ok") for w in words):
-            return False
-        if prog == "sed" and not any(w in ("-n",) for w in words[1:2]) and "-i" in words:
-            return False
-        if prog not in BASH_READ_ONLY and prog not in ("find", "sed", "awk"):
-            return False
-    return True
+    """IMP-12: Claude Code's read-only rule for Bash commands (specs/rules.md E-BASH-RO-1,
+    :func:`steploop.effects.tools.bash_readonly.is_read_only_command`): every part of a list
+    or pipeline runs a read-only program, nothing is redirected into a file (``2>/dev/null``
+    and ``2>&1`` are harmless), nothing is substituted or expanded."""
+    return is_read_only_command(command)
 
 
 def traits_for(

@@ -20,12 +20,14 @@ from steploop.effects.tools.builtin import (
     builtin_tools,
     is_read_only_command,
 )
+from steploop.effects.tools.readstate import FileReadState
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_RESULTS",
     "Bash",
     "Edit",
+    "FileReadState",
     "Glob",
     "Grep",
     "Isolated",

@@ -43,6 +43,7 @@ from typing import Final, TypeVar
 
 __all__ = [
     "MAX_SYMLINKS",
+    "RETRIES",
     "SUPPORTED",
     "UNSUPPORTED_REASON",
     "Refused",
@@ -55,6 +56,9 @@ __all__ = [
 
 #: Links followed in one walk before it gives up, as Linux does.
 MAX_SYMLINKS: Final = 40
+#: Times one path component is looked at again (it was a symlink a moment ago, or the
+#: directory just made for it is gone) before the walk gives up on it.
+RETRIES: Final = 3
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
@@ -348,7 +352,7 @@ class Walker:
         The returned entry may not exist (a file to create); it was no symlink when seen.
         """
         pending = deque(parts)
-        retries = 0
+        retries = 0  # looks again at the component in hand; each component has its own bound
         while pending:
             part = pending.popleft()
             if part in ("", "."):
@@ -381,7 +385,7 @@ class Walker:
                     if seen is not None and stat.S_ISLNK(seen.st_mode):
                         pending = self._follow(part, pending)
                         continue
-                    if seen is not None and stat.S_ISDIR(seen.st_mode) and retries < 3:
+                    if seen is not None and stat.S_ISDIR(seen.st_mode) and retries < RETRIES:
                         retries += 1  # it was a symlink a moment ago; look again
                         pending.appendleft(part)
                         continue
@@ -397,7 +401,7 @@ class Walker:
                     ups, names = _normalise([part, *rest])
                     pending = deque([".."] * ups + names)
                     continue
-                if retries >= 3:
+                if retries >= RETRIES:
                     raise Refused(f"Path changed while in use: {self.raw}") from exc
                 retries += 1
                 before_change()
@@ -410,6 +414,7 @@ class Walker:
                 pending.appendleft(part)
                 continue
             self._push(fd, part)
+            retries = 0
         return None
 
     def enter(self, name: str) -> None:
