@@ -38,7 +38,6 @@ from collections.abc import (
     Callable,
     Coroutine,
     Iterable,
-    Mapping,
     Sequence,
 )
 from pathlib import Path
@@ -47,7 +46,6 @@ from typing import Any, Literal, assert_never
 
 import anyio
 import anyio.lowlevel
-import attrs
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -56,6 +54,7 @@ from steploop.effects.answer import PermissionPolicy, stamped
 from steploop.effects.boundary import ToolUseIds
 from steploop.effects.concurrency import Handoff, Rest, Signal, primitives
 from steploop.effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
+from steploop.effects.run_types import PermissionRequest, RunResult, TextDelta, Timeouts
 from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from steploop.reducer import LoopConfig, LoopState, Request, Session
 from steploop.reducer.drive import Loop, Observer
@@ -84,11 +83,12 @@ from steploop.reducer.events import (
     Interrupted,
     ModelBlockReceived,
     PermissionAnswered,
+    PermissionDecision,
     WaitElapsed,
 )
 from steploop.reducer.messages import Emitted, Usage
 from steploop.reducer.protocol import Key, opens, withdraws
-from steploop.reducer.transitions import Terminal, Transition
+from steploop.reducer.transitions import Transition
 
 __all__ = [
     "Compactor",
@@ -104,91 +104,6 @@ __all__ = [
     "run",
     "run_sync",
 ]
-
-
-class PermissionRequest:
-    """A tool call waiting for the user's answer. Call :meth:`allow` or :meth:`reject`."""
-
-    def __init__(self, run: Run, effect: AskPermission) -> None:
-        self._run = run
-        self._effect = effect
-        self.answered = False
-        self.withdrawn = False
-        """The machine withdrew the request (``CancelTools``: an interrupt, a sibling's
-        error); an answer is then ignored."""
-
-    @property
-    def tool_use_id(self) -> str:
-        return self._effect.tool_use_id
-
-    @property
-    def name(self) -> str:
-        return self._effect.name
-
-    @property
-    def input(self) -> Mapping[str, Any]:
-        return self._effect.input
-
-    def _answer(
-        self, decision: Literal["allow", "deny_by_rule", "rejected_by_user"], reason: str = ""
-    ) -> None:
-        if self.answered:
-            raise RuntimeError(f"permission for {self.tool_use_id} was already answered")
-        self.answered = True
-        key = opens(self._effect)
-        if self.withdrawn or key is None or self._run._asking.pop(key, None) is None:
-            return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
-        self._run._feed(
-            PermissionAnswered(
-                generation=self._effect.generation,
-                tool_use_id=self._effect.tool_use_id,
-                decision=decision,
-                reason=reason,
-                at_ms=self._run._now(),
-            )
-        )
-
-    def allow(self) -> None:
-        self._answer("allow")
-
-    def reject(self) -> None:
-        """The user said no: the round is aborted (specs/ R-PERM-3)."""
-        self._answer("rejected_by_user")
-
-    def __repr__(self) -> str:
-        return f"PermissionRequest({self.name}, {dict(self.input)!r})"
-
-
-@attrs.frozen(kw_only=True)
-class Timeouts:
-    """Deadlines for the handlers (seconds; None = no deadline). A handler past its deadline is
-    cancelled and reported as the failure the machine expects: a stalled model call as
-    ``stream_broken``, a compaction as ``CompactionFailed``, stop hooks as a hook error, a
-    summary as None. Tools have their own ``tool_timeout_s``."""
-
-    model_s: float | None = None
-    compaction_s: float | None = 600.0
-    stop_hooks_s: float | None = 600.0
-    summary_s: float | None = 60.0
-
-
-@attrs.frozen(kw_only=True)
-class TextDelta:
-    """Raw text as the model streams it (``run(..., text_deltas=True)``), for live display.
-    The complete block still arrives as an emitted message; deltas are best effort."""
-
-    index: int
-    text: str
-
-
-@attrs.frozen(kw_only=True)
-class RunResult:
-    """How the turn ended: the Terminal, the final state (``state.session()`` continues the
-    conversation) and the usage summed over every model response."""
-
-    terminal: Terminal
-    state: LoopState
-    usage: Usage
 
 
 Item = Emitted | PermissionRequest | TextDelta
@@ -465,7 +380,7 @@ class Run:
                 settled = self._permissions.answer(effect, self._now())
                 if settled is not None:  # settled by the policy: answered at once, no task
                     return (settled,)
-                request = PermissionRequest(self, effect)
+                request = PermissionRequest(effect, self._permission_answered)
                 key = opens(effect)
                 assert key is not None
                 self._asking[key] = request
@@ -527,6 +442,24 @@ class Run:
             runner.go = go = self._signal()
             self._idle.append(runner)
             await go.wait()
+
+    def _permission_answered(
+        self, request: PermissionRequest, decision: PermissionDecision, reason: str
+    ) -> None:
+        """The consumer's answer, stepped unless the machine withdrew the request."""
+        key = opens(request.effect)
+        if key is None or self._asking.pop(key, None) is None:
+            return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
+        effect = request.effect
+        self._feed(
+            PermissionAnswered(
+                generation=effect.generation,
+                tool_use_id=effect.tool_use_id,
+                decision=decision,
+                reason=reason,
+                at_ms=self._now(),
+            )
+        )
 
     def _cancel(self, key: Key) -> None:
         """Withdraw a request (W-PROTO-3): cancel its handler, or withdraw the permission
