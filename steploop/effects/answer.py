@@ -19,21 +19,23 @@ What they get back becomes an event here, through the same functions:
   named in a ``CompactionFailed``, a hook error or no summary; the rest is cleaned;
 - **a handler that raised** (:func:`raised`), **gave no answer** (:func:`gave_up`: past its
   deadline, its worker lost) or **is not configured** (:func:`unhandled`): the failure the
-  machine expects for that request;
+  machine expects for that request; :func:`outcome` awaits a one-result handler and answers
+  with its checked result or its failure;
 - **a permission** the :class:`PermissionPolicy` settles (:meth:`PermissionPolicy.answer`);
 - **the usage** of a turn (:func:`counted`): only a response that ends the call the machine
   still waits for counts (a late response, after an interrupt or a timeout, does not);
 - **answers to withdrawn requests** (:func:`not_withdrawn`, the protocol's filter, the one the
   driver loop uses): never stepped (W-DRIVE-2).
 
-Nothing here does I/O or reads a clock: each function takes what a handler gave and the time
-the world stamps (``at_ms``) and returns the event. Where the data is checked and cleaned is
+Nothing here does I/O of its own or reads a clock: each function takes what a handler gave
+and the time the world stamps (``at_ms``) and returns the event (:func:`outcome` awaits the
+handler call the world hands it, under the world's own deadline or heartbeat). Where the data is checked and cleaned is
 :mod:`steploop.effects.boundary`; nothing but this module hands a world's event to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeAlias, TypeVar, assert_never
 
 import attrs
@@ -84,12 +86,14 @@ from steploop.reducer.protocol import not_withdrawn
 
 __all__ = [
     "Asked",
+    "Handled",
     "ModelStream",
     "PermissionPolicy",
     "compaction",
     "counted",
     "gave_up",
     "not_withdrawn",
+    "outcome",
     "raised",
     "request",
     "stamped",
@@ -267,7 +271,9 @@ def raised(effect: Asked, exc: BaseException, at_ms: int = 0) -> Event:
     what = _what(exc)
     match effect:
         case CallModel():
-            return ModelCallFailed(call_id=effect.call_id, kind="unknown", message=what, at_ms=at_ms)
+            return ModelCallFailed(
+                call_id=effect.call_id, kind="unknown", message=what, at_ms=at_ms
+            )
         case StartTool():
             return tool(effect, tool_use_error(f"Error calling tool {effect.name}: {what}"), at_ms)
         case Compact():
@@ -300,6 +306,24 @@ def gave_up(effect: Asked, why: str, at_ms: int = 0) -> Event:
             return summary(effect, None, at_ms)
         case _:
             assert_never(effect)
+
+
+Handled = TypeVar("Handled", Compact, RunStopHooks, SummarizeToolUse)
+"""An effect whose handler gives one result, checked by :func:`compaction`, :func:`stop_hooks`
+or :func:`summary`."""
+
+
+async def outcome(
+    effect: Handled, call: Callable[[], Awaitable[object]], check: Callable[[Handled, Any], Event]
+) -> Event:
+    """Run ``call`` (the handler of ``effect``) and answer with ``check(effect, result)``, or
+    with :func:`raised` if it raised. Cancellation (a world's deadline) passes through: the
+    world answers it with :func:`gave_up`."""
+    try:
+        result = await call()
+    except Exception as exc:  # a broken handler is a failed request, never a crash
+        return raised(effect, exc)
+    return check(effect, result)
 
 
 def unhandled(effect: Compact | RunStopHooks | SummarizeToolUse, at_ms: int = 0) -> Event:

@@ -557,56 +557,65 @@ class Run:
         self._feed(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now()))
 
     async def _compact(self, effect: Compact, scope: anyio.CancelScope) -> None:
-        if self._compactor is None:
+        compactor = self._compactor
+        if compactor is None:
             self._feed(answer.unhandled(effect, self._now()))
             return
-        event: Event | None = None
-        with anyio.move_on_after(_deadline(self._timeouts.compaction_s)) as deadline:
-            try:
-                result = await self._compactor.compact(effect)
-            except Exception as exc:  # counted by the breaker, never a crash
-                event = answer.raised(effect, exc)
-            else:
-                event = answer.compaction(effect, result)
-        if deadline.cancelled_caught:
-            event = answer.gave_up(effect, f"timed out after {self._timeouts.compaction_s} s")
-        assert event is not None
-        self._feed(stamped(event, self._now()))
+        seconds = self._timeouts.compaction_s
+        await self._bounded(
+            effect,
+            lambda: compactor.compact(effect),
+            answer.compaction,
+            seconds,
+            f"timed out after {seconds} s",
+        )
 
     async def _run_hooks(self, effect: RunStopHooks, scope: anyio.CancelScope) -> None:
-        if self._stop_hooks is None:
+        hooks = self._stop_hooks
+        if hooks is None:
             self._feed(answer.unhandled(effect, self._now()))
             return
-        event: Event | None = None
-        with anyio.move_on_after(_deadline(self._timeouts.stop_hooks_s)) as deadline:
-            try:
-                result = await self._stop_hooks.run(
-                    effect,
-                    session_id=self.session_id,
-                    transcript_path=str(self.transcript_path or ""),
-                    cwd=str(self._workspace),
-                    event_name=answer.stop_event(self.config.is_subagent),
-                )
-            except Exception as exc:
-                event = answer.raised(effect, exc)
-            else:
-                event = answer.stop_hooks(effect, result)
-        if deadline.cancelled_caught:
-            event = answer.gave_up(
-                effect, f"stop hooks timed out after {self._timeouts.stop_hooks_s} s"
-            )
-        assert event is not None
-        self._feed(stamped(event, self._now()))
+        seconds = self._timeouts.stop_hooks_s
+        await self._bounded(
+            effect,
+            lambda: hooks.run(
+                effect,
+                session_id=self.session_id,
+                transcript_path=str(self.transcript_path or ""),
+                cwd=str(self._workspace),
+                event_name=answer.stop_event(self.config.is_subagent),
+            ),
+            answer.stop_hooks,
+            seconds,
+            f"stop hooks timed out after {seconds} s",
+        )
 
     async def _summarize(self, effect: SummarizeToolUse, scope: anyio.CancelScope) -> None:
-        text: object = None
-        if self._summarizer is not None:
-            with anyio.move_on_after(_deadline(self._timeouts.summary_s)):
-                try:
-                    text = await self._summarizer(effect)
-                except Exception:
-                    text = None  # no summary, never a crash
-        self._feed(answer.summary(effect, text, self._now()))
+        summarizer = self._summarizer
+        if summarizer is None:
+            self._feed(answer.unhandled(effect, self._now()))
+            return
+        await self._bounded(
+            effect, lambda: summarizer(effect), answer.summary, self._timeouts.summary_s, ""
+        )
+
+    async def _bounded(
+        self,
+        effect: answer.Handled,
+        call: Callable[[], Awaitable[object]],
+        check: Callable[[answer.Handled, Any], Event],
+        seconds: float | None,
+        late: str,
+    ) -> None:
+        """Answer ``effect`` with what its handler gives (steploop/effects/answer.py); past
+        ``seconds``, the handler is cancelled and the answer is the one for no answer."""
+        event: Event | None = None
+        with anyio.move_on_after(_deadline(seconds)) as deadline:
+            event = await answer.outcome(effect, call, check)
+        if deadline.cancelled_caught:
+            event = answer.gave_up(effect, late)
+        assert event is not None
+        self._feed(stamped(event, self._now()))
 
 
 def _observer_of(observer: StepObserver | None) -> Observer | None:

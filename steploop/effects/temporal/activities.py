@@ -228,43 +228,40 @@ class SteploopActivities:
     @activity.defn(name="steploop.compact")
     async def compact(self, effect: dict[str, Any]) -> dict[str, Any]:
         call: Compact = structure(effect, Compact)
-        if self.compactor is None:
+        compactor = self.compactor
+        if compactor is None:
             return _stamped(answer.unhandled(call))
         async with _heartbeating():
-            try:
-                result = await self.compactor.compact(call)
-            except Exception as exc:  # counted by the breaker, never a crash
-                return _stamped(answer.raised(call, exc))
-        return _stamped(answer.compaction(call, result))
+            event = await answer.outcome(call, lambda: compactor.compact(call), answer.compaction)
+        return _stamped(event)
 
     @activity.defn(name="steploop.run_stop_hooks")
     async def run_stop_hooks(self, effect: dict[str, Any], subagent: bool) -> dict[str, Any]:
         call: RunStopHooks = structure(effect, RunStopHooks)
-        if self.stop_hooks is None:
+        hooks = self.stop_hooks
+        if hooks is None:
             return _stamped(answer.unhandled(call))
+
+        def run() -> Awaitable[object]:
+            return hooks.run(
+                call,
+                session_id=self.session_id,
+                transcript_path="",
+                cwd=str(self.workspace),
+                event_name=answer.stop_event(subagent),
+            )
+
         async with _heartbeating():
-            try:
-                result = await self.stop_hooks.run(
-                    call,
-                    session_id=self.session_id,
-                    transcript_path="",
-                    cwd=str(self.workspace),
-                    event_name=answer.stop_event(subagent),
-                )
-            except Exception as exc:
-                return _stamped(answer.raised(call, exc))
-        return _stamped(answer.stop_hooks(call, result))
+            event = await answer.outcome(call, run, answer.stop_hooks)
+        return _stamped(event)
 
     @activity.defn(name="steploop.summarize")
     async def summarize(self, effect: dict[str, Any]) -> dict[str, Any]:
         call: SummarizeToolUse = structure(effect, SummarizeToolUse)
-        text: object = None
-        if self.summarizer is not None:
-            try:
-                text = await self.summarizer(call)
-            except Exception:
-                text = None  # no summary, never a crash
-        return _stamped(answer.summary(call, text))
+        summarizer = self.summarizer
+        if summarizer is None:
+            return _stamped(answer.unhandled(call))
+        return _stamped(await answer.outcome(call, lambda: summarizer(call), answer.summary))
 
     @activity.defn(name="steploop.persist_tool_result")
     async def persist_tool_result(self, key: str, content: str) -> None:
