@@ -189,6 +189,7 @@ WORLDS = (
     "steploop/effects/temporal/activities.py",
     "steploop/effects/temporal/workflow.py",
     "steploop/effects/trace/counterfactual.py",
+    "steploop/effects/trace/resume.py",
 )
 ANSWERS = {
     "ModelCallFailed",
