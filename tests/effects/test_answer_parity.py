@@ -31,12 +31,12 @@ from steploop.effects.temporal.client import start_turn, turn_input, worker
 from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry, builtin_tools
 from steploop.effects.trace import TraceRecorder
 from steploop.reducer import Request
-from steploop.reducer.events import InterruptBehavior
+from steploop.reducer.events import InterruptBehavior, ToolTraits
 from tests.support.temporal_world import time_skipping
 
-REQUEST = Request(prompt="go", at_ms=1_000)
 FIXED = {"created_at": "2026-01-01T00:00:00Z"}
 ALLOW = PermissionPolicy(default="allow")
+TRAITS = ToolTraits()
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +100,7 @@ class Session:
     script: list[dict[str, Any]]
     policy: PermissionPolicy
     shows: tuple[str, ...]
+    prompt: str = "go"
 
 
 SESSIONS: dict[str, Session] = {
@@ -142,7 +143,8 @@ SESSIONS: dict[str, Session] = {
     "dirty-text": Session(
         [calls(("Read", {"file_path": "bad\ud800.txt"})), done("fine \udfff")],
         ALLOW,
-        ("File does not exist: bad\\ufffd.txt", "fine \\ufffd", '"type": "completed"'),
+        ("bad \\ufffd prompt", "File does not exist: bad\\ufffd.txt", "fine \\ufffd"),
+        "bad \udc80 prompt",
     ),
 }
 
@@ -157,20 +159,21 @@ def workspace(root: Path) -> Path:
 
 
 def compactor() -> ModelCompactor:
-    return ModelCompactor(ScriptedModel([reply("The summary.")], traits_for=tools_in(Path()).traits))
+    """Summarises with a model of its own (one answer: no tool calls)."""
+    return ModelCompactor(ScriptedModel([reply("The summary.")], traits_for=lambda n, i: TRAITS))
 
 
-async def live(script: list[dict[str, Any]], policy: PermissionPolicy, ws: Path, trace: Path) -> None:
+async def live(session: Session, ws: Path, trace: Path) -> None:
     tools = tools_in(ws)
-    model = ScriptedModel.from_json(script, traits_for=tools.traits)
+    model = ScriptedModel.from_json(session.script, traits_for=tools.traits)
     with TraceRecorder(trace, provenance=FIXED) as rec:
         r = rec.attach(
             run(
-                REQUEST,
+                Request(prompt=session.prompt, at_ms=1_000),
                 model=model,
                 tools=tools,
                 workspace=ws,
-                permissions=policy,
+                permissions=session.policy,
                 compactor=compactor(),
                 observer=rec,
             )
@@ -180,19 +183,18 @@ async def live(script: list[dict[str, Any]], policy: PermissionPolicy, ws: Path,
                 pass
 
 
-async def durable(
-    env: WorkflowEnvironment,
-    script: list[dict[str, Any]],
-    policy: PermissionPolicy,
-    ws: Path,
-    trace: Path,
-) -> None:
+async def durable(env: WorkflowEnvironment, session: Session, ws: Path, trace: Path) -> None:
     tools = tools_in(ws)
-    model = ByCallId(ScriptedModel.from_json(script, traits_for=tools.traits))
+    model = ByCallId(ScriptedModel.from_json(session.script, traits_for=tools.traits))
     acts = SteploopActivities(model=model, tools=tools, workspace=ws, compactor=compactor())
     queue = f"q-{uuid.uuid4().hex[:12]}"
     async with worker(env.client, acts, task_queue=queue):
-        inp = turn_input(REQUEST, permissions=policy, trace_path=trace, provenance=FIXED)
+        inp = turn_input(
+            Request(prompt=session.prompt, at_ms=1_000),
+            permissions=session.policy,
+            trace_path=trace,
+            provenance=FIXED,
+        )
         handle = await start_turn(
             env.client, inp, workflow_id=f"parity-{uuid.uuid4().hex[:12]}", task_queue=queue
         )
@@ -231,12 +233,11 @@ async def test_the_live_and_the_temporal_world_write_the_same_trace(
 ) -> None:
     """One scripted session through both worlds: the same records, times aside."""
     session = SESSIONS[name]
-    script, policy = session.script, session.policy
     ws = workspace(tmp_path)
-    await live(script, policy, ws, tmp_path / "live.jsonl")
+    await live(session, ws, tmp_path / "live.jsonl")
     after_live = sorted((p.name, p.read_bytes()) for p in ws.iterdir())
     ws = workspace(tmp_path)
-    await durable(env, script, policy, ws, tmp_path / "temporal.jsonl")
+    await durable(env, session, ws, tmp_path / "temporal.jsonl")
     assert sorted((p.name, p.read_bytes()) for p in ws.iterdir()) == after_live
     got, want = records(tmp_path / "temporal.jsonl"), records(tmp_path / "live.jsonl")
     assert got == want, "\n".join(difflib.unified_diff(want, got, "live", "temporal", n=0))
