@@ -112,9 +112,9 @@ class ToolUseIds:
     cannot be sent again (a tool_result names its tool_use by id); so a response that repeats
     an id the conversation already holds is malformed, like one that repeats its own.
 
-    One index per run (a fresh one per Temporal activity): a run's conversations grow by appending, so each call reads only
-    the messages added since the last one (a conversation that does not extend the last one
-    read, after a compaction, is read whole). The conversation is read only when a response
+    One index per run (a fresh one per Temporal activity): a run's conversations grow by
+    appending, so each call reads only the messages added since the last one (a conversation
+    that does not extend the last one read, after a compaction, is read whole). The conversation is read only when a response
     holds a tool_use."""
 
     __slots__ = ("_ids", "_node")
