@@ -21,7 +21,8 @@ What they get back becomes an event here, through the same functions:
   deadline, its worker lost) or **is not configured** (:func:`unhandled`): the failure the
   machine expects for that request; :func:`outcome` awaits a one-result handler and answers
   with its checked result or its failure;
-- **a permission** the :class:`PermissionPolicy` settles (:meth:`PermissionPolicy.answer`);
+- **a permission** the :class:`PermissionPolicy` settles (:meth:`PermissionPolicy.answer`) or
+  a person answers (:func:`permission`);
 - **the usage** of a turn (:func:`counted`): only a response that ends the call the machine
   still waits for counts (a late response, after an interrupt or a timeout, does not);
 - **answers to withdrawn requests** (:func:`not_withdrawn`, the protocol's filter, the one the
@@ -71,6 +72,7 @@ from steploop.reducer.events import (
     ModelCallFailed,
     ModelResponseEnded,
     PermissionAnswered,
+    PermissionDecision,
     StopHooksFinished,
     ToolFinished,
     ToolUseSummaryReady,
@@ -94,6 +96,7 @@ __all__ = [
     "gave_up",
     "not_withdrawn",
     "outcome",
+    "permission",
     "raised",
     "request",
     "stamped",
@@ -367,14 +370,23 @@ class PermissionPolicy:
         decision = self.decide(effect.name, effect.input)
         if decision == "ask":
             return None
-        allowed = decision == "allow"
-        return PermissionAnswered(
-            generation=effect.generation,
-            tool_use_id=effect.tool_use_id,
-            decision="allow" if allowed else "deny_by_rule",
-            reason="" if allowed else "The permission policy denies this tool.",
-            at_ms=at_ms,
-        )
+        if decision == "allow":
+            return permission(effect, "allow", "", at_ms)
+        return permission(effect, "deny_by_rule", "The permission policy denies this tool.", at_ms)
+
+
+def permission(
+    effect: AskPermission, decision: PermissionDecision, reason: str = "", at_ms: int = 0
+) -> PermissionAnswered:
+    """The answer to permission request ``effect``: the policy's, or a person's (the live
+    run's consumer, a Temporal client's update); the reason cleaned."""
+    return PermissionAnswered(
+        generation=effect.generation,
+        tool_use_id=effect.tool_use_id,
+        decision=decision,
+        reason=clean_text(reason),
+        at_ms=at_ms,
+    )
 
 
 # -- usage ---------------------------------------------------------------------------------

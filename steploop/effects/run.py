@@ -82,7 +82,6 @@ from steploop.reducer.events import (
     Event,
     Interrupted,
     ModelBlockReceived,
-    PermissionAnswered,
     PermissionDecision,
     WaitElapsed,
 )
@@ -450,16 +449,7 @@ class Run:
         key = opens(request.effect)
         if key is None or self._asking.pop(key, None) is None:
             return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
-        effect = request.effect
-        self._feed(
-            PermissionAnswered(
-                generation=effect.generation,
-                tool_use_id=effect.tool_use_id,
-                decision=decision,
-                reason=reason,
-                at_ms=self._now(),
-            )
-        )
+        self._feed(answer.permission(request.effect, decision, reason, self._now()))
 
     def _cancel(self, key: Key) -> None:
         """Withdraw a request (W-PROTO-3): cancel its handler, or withdraw the permission

@@ -198,6 +198,7 @@ ANSWERS = {
     "CompactionFinished",
     "StopHooksFinished",
     "ToolUseSummaryReady",
+    "PermissionAnswered",
 }
 
 

@@ -79,7 +79,6 @@ with workflow.unsafe.imports_passed_through():
         CommandQueued,
         Event,
         Interrupted,
-        PermissionAnswered,
         WaitElapsed,
     )
     from steploop.reducer.messages import AssistantMessage, Usage
@@ -195,12 +194,11 @@ class TurnWorkflow:
         key = next(k for k, a in self._asks.items() if a.tool_use_id == tool_use_id)
         ask = self._asks.pop(key)
         self._feed(
-            PermissionAnswered(
-                generation=ask.generation,
-                tool_use_id=tool_use_id,
-                decision=decision,  # type: ignore[arg-type]  # checked by the validator
-                reason=reason,
-                at_ms=at_ms,
+            answer.permission(
+                ask,
+                decision,  # type: ignore[arg-type]  # checked by the validator
+                reason,
+                at_ms,
             )
         )
 
