@@ -30,8 +30,11 @@ What they get back becomes an event here, through the same functions:
 
 Nothing here does I/O of its own or reads a clock: each function takes what a handler gave
 and the time the world stamps (``at_ms``) and returns the event (:func:`outcome` awaits the
-handler call the world hands it, under the world's own deadline or heartbeat). Where the data is checked and cleaned is
-:mod:`steploop.effects.boundary`; nothing but this module hands a world's event to it.
+handler call the world hands it, under the world's own deadline or heartbeat). Everything but
+:func:`outcome` is deterministic, so the Temporal workflow calls it as workflow code. The
+checks and the cleaning themselves are :mod:`steploop.effects.boundary`'s; the worlds reach
+them only through this module (a world keeps its own :class:`~steploop.effects.boundary.ToolUseIds`
+index, the one state a check needs).
 """
 
 from __future__ import annotations
