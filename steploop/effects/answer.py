@@ -7,7 +7,8 @@ Temporal world in activities (:mod:`steploop.effects.temporal.activities`) and i
 counterfactual replay for what a recording lacks (:mod:`steploop.effects.trace.counterfactual`).
 What they get back becomes an event here, through the same functions:
 
-- **a model call's stream**, event by event (:class:`ModelStream`): an event that is not the
+- **a model call's stream**, event by event (:class:`ModelStream`; :func:`response` takes a
+  whole response for a world that steps it at once): an event that is not the
   call's, a tool_use that repeats an id of its response or of the conversation, or a tool
   input that is not JSON data ends the call as ``ModelCallFailed(kind="unknown")`` naming it
   (B-MODEL-1, B-MODEL-2, T-MODEL-1); text is cleaned (B-TEXT-1); a stream that stops without
@@ -55,6 +56,7 @@ from steploop.effects.boundary import (
     tool_output,
 )
 from steploop.effects.hooks import StopEventName
+from steploop.effects.protocols import ModelClient
 from steploop.effects.tools.base import ToolOutput, tool_use_error
 from steploop.reducer import LoopState, Request
 from steploop.reducer._replace import evolve
@@ -102,6 +104,7 @@ __all__ = [
     "permission",
     "raised",
     "request",
+    "response",
     "stamped",
     "stop_event",
     "stop_hooks",
@@ -176,6 +179,41 @@ class ModelStream:
             message="the model stream ended without a result",
             at_ms=at_ms,
         )
+
+
+async def response(
+    effect: CallModel,
+    client: ModelClient,
+    ids: ToolUseIds | None = None,
+    *,
+    now: Callable[[], int] | None = None,
+    passing: tuple[type[BaseException], ...] = (),
+) -> list[Event]:
+    """The whole answer to model call ``effect`` from ``client``, for a world that takes a
+    response at once (a Temporal activity, counterfactual replay's policy): each event checked
+    as it came (:class:`ModelStream`) and stamped with ``now()`` (None: as the client stamped
+    it), up to the end or the failure; a client that raises is a model error, one that stops
+    early a broken stream. An exception of a ``passing`` type propagates; the stream is closed
+    either way."""
+    checked = ModelStream(effect, ids)
+    out: list[Event] = []
+    stream = client.stream(effect)
+    try:
+        async for raw in stream:
+            event = checked.check(raw)
+            out.append(event if now is None else stamped(event, now()))
+            if not isinstance(event, ModelBlockReceived):  # the end, or the failure
+                return out
+        last: Event = checked.ran_dry()
+    except passing:
+        raise
+    except Exception as exc:  # a broken client is a model error, not a crash
+        last = raised(effect, exc)
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    return [*out, last if now is None else stamped(last, now())]
 
 
 # -- tools ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from steploop.effects.scripted import ScriptedModel
 from steploop.effects.temporal.world import encode
 from steploop.effects.tools.base import ToolContext, ToolRegistry
 from steploop.reducer.effects import CallModel, Compact, RunStopHooks, StartTool, SummarizeToolUse
-from steploop.reducer.events import Event, ModelBlockReceived
+from steploop.reducer.events import Event
 from steploop.reducer.serialize import structure
 
 __all__ = ["IDEMPOTENCY_KEY", "ByCallId", "Ledger", "SteploopActivities"]
@@ -180,23 +180,8 @@ class SteploopActivities:
         """The whole response: its blocks, then its end (or the failure), each checked and
         cleaned as it came (a fresh id index: the conversation arrives decoded, whole)."""
         call: CallModel = structure(effect, CallModel)
-        checked = answer.ModelStream(call)
-        out: list[dict[str, Any]] = []
         async with _heartbeating():
-            stream = self.model.stream(call)
-            try:
-                async for raw in stream:
-                    event = checked.check(raw)
-                    out.append(_stamped(event))
-                    if not isinstance(event, ModelBlockReceived):  # the end, or the failure
-                        return out
-            except Exception as exc:  # a broken client is a model error, not a crash
-                return [*out, _stamped(answer.raised(call, exc))]
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-        return [*out, _stamped(checked.ran_dry())]
+            return [encode(e) for e in await answer.response(call, self.model, now=_now)]
 
     @activity.defn(name="steploop.run_tool")
     async def run_tool(self, effect: dict[str, Any], key: str) -> dict[str, Any]:

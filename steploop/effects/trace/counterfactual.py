@@ -715,7 +715,9 @@ class _RecordedWorld:
         text is cleaned, a compaction's result is checked, a client that raises is a model
         error. A ``SteploopError`` (a script run dry) propagates: the replay diverges there."""
         if isinstance(e, CallModel):
-            return await self.stream(e)
+            return await answer.response(
+                e, self.policy_model, self.tool_ids, passing=(SteploopError,)
+            )
         assert isinstance(e, Compact)
         from steploop.effects.compaction import ModelCompactor
 
@@ -726,26 +728,6 @@ class _RecordedWorld:
         except Exception as exc:  # counted by the breaker, never a crash
             return [answer.raised(e, exc)]
         return [answer.compaction(e, result)]
-
-    async def stream(self, e: CallModel) -> list[Event]:
-        """A model call's events from the policy's model, each checked as it came."""
-        checked = answer.ModelStream(e, self.tool_ids)
-        events: list[Event] = []
-        stream = self.policy_model.stream(e)
-        try:
-            async for raw in stream:
-                events.append(checked.check(raw))
-                if not isinstance(events[-1], ModelBlockReceived):  # the end, or the failure
-                    return events
-        except SteploopError:
-            raise
-        except Exception as exc:  # a broken client is a model error, not a crash
-            return [*events, answer.raised(e, exc)]
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        return [*events, checked.ran_dry()]
 
     async def next_event(self, state: LoopState) -> Event | None:
         if self.owed:
