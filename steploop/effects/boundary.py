@@ -1,8 +1,9 @@
 """Where outside data enters the machine, it is made well-formed or refused (README, "the rules
 of the house": outside data becomes an event or a clear error, never a crash).
 
-The interpreter (:mod:`steploop.effects.run`) passes what a model client, a tool, a compactor or a stop
-hook hands it through here before it becomes an event:
+What a model client, a tool, a compactor or a stop hook hands a world passes through here before
+it becomes an event, by way of the answering layer (:mod:`steploop.effects.answer`), the same in
+the interpreter, the Temporal activities and counterfactual replay:
 
 - **Text** (model text and thinking, tool results, file names inside them, compaction
   summaries, hook output, the prompt) has every lone surrogate replaced by U+FFFD. A lone
@@ -14,7 +15,7 @@ hook hands it through here before it becomes an event:
   it answers (an earlier round, an earlier turn: :class:`ToolUseIds`), or whose input is not
   JSON data within :func:`steploop.reducer.canonical.data_problem`'s limits (nested deeper than 100
   levels, a 5,000-digit integer, NaN, a non-string key, a Python object), is a malformed
-  response: :func:`model_problem` names it and the interpreter reports the call as failed
+  response: :func:`model_problem` names it and the world reports the call as failed
   (``ModelCallFailed(kind="unknown")``, rule T-MODEL-1), so the machine answers every tool_use
   of the attempt and ends the turn in a Terminal.
 - **A tool's output** whose content is not a str (None, an int, bytes) or whose flags are not
@@ -111,9 +112,9 @@ class ToolUseIds:
     cannot be sent again (a tool_result names its tool_use by id); so a response that repeats
     an id the conversation already holds is malformed, like one that repeats its own.
 
-    One index per interpreter: a run's conversations grow by appending, so each call reads only
-    the messages added since the last one (a conversation that does not extend the last one
-    read, after a compaction, is read whole). The conversation is read only when a response
+    One index per run (a fresh one per Temporal activity): a run's conversations grow by
+    appending, so each call reads only the messages added since the last one (a conversation
+    that does not extend the last one read, after a compaction, is read whole). The conversation is read only when a response
     holds a tool_use."""
 
     __slots__ = ("_ids", "_node")

@@ -38,40 +38,25 @@ from collections.abc import (
     Callable,
     Coroutine,
     Iterable,
-    Mapping,
     Sequence,
 )
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar, assert_never
+from typing import Any, Literal, assert_never
 
 import anyio
 import anyio.lowlevel
-import attrs
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from steploop.effects.boundary import (
-    ToolUseIds,
-    clean,
-    clean_block,
-    clean_event,
-    clean_text,
-    compaction_result,
-    model_problem,
-    tool_output,
-)
+from steploop.effects import answer
+from steploop.effects.answer import PermissionPolicy, stamped
+from steploop.effects.boundary import ToolUseIds
 from steploop.effects.concurrency import Handoff, Rest, Signal, primitives
 from steploop.effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
-from steploop.effects.tools.base import (
-    ToolContext,
-    ToolOutput,
-    ToolRegistry,
-    timed_out,
-    tool_use_error,
-)
+from steploop.effects.run_types import PermissionRequest, RunResult, TextDelta, Timeouts
+from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from steploop.reducer import LoopConfig, LoopState, Request, Session
-from steploop.reducer._replace import evolve
 from steploop.reducer.drive import Loop, Observer
 from steploop.reducer.effects import (
     AcknowledgeCommands,
@@ -94,23 +79,15 @@ from steploop.reducer.effects import (
 )
 from steploop.reducer.events import (
     CommandQueued,
-    CompactionFailed,
-    CompactionFinished,
     Event,
-    HookEvent,
     Interrupted,
     ModelBlockReceived,
-    ModelCallFailed,
-    ModelResponseEnded,
-    PermissionAnswered,
-    StopHooksFinished,
-    ToolFinished,
-    ToolUseSummaryReady,
+    PermissionDecision,
     WaitElapsed,
 )
 from steploop.reducer.messages import Emitted, Usage
 from steploop.reducer.protocol import Key, opens, withdraws
-from steploop.reducer.transitions import Terminal, Transition
+from steploop.reducer.transitions import Transition
 
 __all__ = [
     "Compactor",
@@ -123,112 +100,9 @@ __all__ = [
     "StopHookRunner",
     "TextDelta",
     "Timeouts",
-    "hook_stop_output",
     "run",
     "run_sync",
 ]
-
-
-@attrs.frozen(kw_only=True)
-class PermissionPolicy:
-    """Which tool calls run without asking: ``allow`` and ``deny`` are tool names; everything
-    else gets ``default``. "ask" surfaces a :class:`PermissionRequest` on the run."""
-
-    allow: frozenset[str] = frozenset()
-    deny: frozenset[str] = frozenset()
-    default: Literal["allow", "ask", "deny"] = "ask"
-
-    def decide(self, name: str, input: Mapping[str, Any]) -> Literal["allow", "ask", "deny"]:
-        if name in self.deny:
-            return "deny"
-        if name in self.allow:
-            return "allow"
-        return self.default
-
-
-class PermissionRequest:
-    """A tool call waiting for the user's answer. Call :meth:`allow` or :meth:`reject`."""
-
-    def __init__(self, run: Run, effect: AskPermission) -> None:
-        self._run = run
-        self._effect = effect
-        self.answered = False
-        self.withdrawn = False
-        """The machine withdrew the request (``CancelTools``: an interrupt, a sibling's
-        error); an answer is then ignored."""
-
-    @property
-    def tool_use_id(self) -> str:
-        return self._effect.tool_use_id
-
-    @property
-    def name(self) -> str:
-        return self._effect.name
-
-    @property
-    def input(self) -> Mapping[str, Any]:
-        return self._effect.input
-
-    def _answer(
-        self, decision: Literal["allow", "deny_by_rule", "rejected_by_user"], reason: str = ""
-    ) -> None:
-        if self.answered:
-            raise RuntimeError(f"permission for {self.tool_use_id} was already answered")
-        self.answered = True
-        key = opens(self._effect)
-        if self.withdrawn or key is None or self._run._asking.pop(key, None) is None:
-            return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
-        self._run._feed(
-            PermissionAnswered(
-                generation=self._effect.generation,
-                tool_use_id=self._effect.tool_use_id,
-                decision=decision,
-                reason=reason,
-                at_ms=self._run._now(),
-            )
-        )
-
-    def allow(self) -> None:
-        self._answer("allow")
-
-    def reject(self) -> None:
-        """The user said no: the round is aborted (specs/ R-PERM-3)."""
-        self._answer("rejected_by_user")
-
-    def __repr__(self) -> str:
-        return f"PermissionRequest({self.name}, {dict(self.input)!r})"
-
-
-@attrs.frozen(kw_only=True)
-class Timeouts:
-    """Deadlines for the handlers (seconds; None = no deadline). A handler past its deadline is
-    cancelled and reported as the failure the machine expects: a stalled model call as
-    ``stream_broken``, a compaction as ``CompactionFailed``, stop hooks as a hook error, a
-    summary as None. Tools have their own ``tool_timeout_s``."""
-
-    model_s: float | None = None
-    compaction_s: float | None = 600.0
-    stop_hooks_s: float | None = 600.0
-    summary_s: float | None = 60.0
-
-
-@attrs.frozen(kw_only=True)
-class TextDelta:
-    """Raw text as the model streams it (``run(..., text_deltas=True)``), for live display.
-    The complete block still arrives as an emitted message; deltas are best effort."""
-
-    index: int
-    text: str
-
-
-@attrs.frozen(kw_only=True)
-class RunResult:
-    """How the turn ended: the Terminal, the final state (``state.session()`` continues the
-    conversation) and the usage summed over every model response."""
-
-    terminal: Terminal
-    state: LoopState
-    usage: Usage
 
 
 Item = Emitted | PermissionRequest | TextDelta
@@ -452,13 +326,8 @@ class Run:
         fx: tuple[Effect, ...],
         passed: tuple[Transition, ...],
     ) -> None:
-        before = self._state  # the state the event was stepped in
-        if (
-            isinstance(event, ModelResponseEnded)
-            and before is not None
-            and event.call_id == before.round.call_id
-        ):
-            self._usage = _add(self._usage, event.usage)
+        # the usage, by the state the event was stepped in (steploop/effects/answer.py)
+        self._usage = answer.counted(self._usage, event, self._state)
         self._state = self.state = state
         if self._transcript is not None:  # usage, compaction and hook data for its records
             self._transcript.observe(event, state, fx)
@@ -507,10 +376,10 @@ class Run:
                 for key in withdraws(effect):
                     self._cancel(key)
             case AskPermission():
-                decision = self._permissions.decide(effect.name, effect.input)
-                if decision != "ask":  # settled by the policy: answered at once, no task
-                    return (_policy_answer(effect, decision, self._now()),)
-                request = PermissionRequest(self, effect)
+                settled = self._permissions.answer(effect, self._now())
+                if settled is not None:  # settled by the policy: answered at once, no task
+                    return (settled,)
+                request = PermissionRequest(effect, self._permission_answered)
                 key = opens(effect)
                 assert key is not None
                 self._asking[key] = request
@@ -573,6 +442,15 @@ class Run:
             self._idle.append(runner)
             await go.wait()
 
+    def _permission_answered(
+        self, request: PermissionRequest, decision: PermissionDecision, reason: str
+    ) -> None:
+        """The consumer's answer, stepped unless the machine withdrew the request."""
+        key = opens(request.effect)
+        if key is None or self._asking.pop(key, None) is None:
+            return  # withdrawn: the machine no longer waits for it (W-PROTO-3)
+        self._feed(answer.permission(request.effect, decision, reason, self._now()))
+
     def _cancel(self, key: Key) -> None:
         """Withdraw a request (W-PROTO-3): cancel its handler, or withdraw the permission
         request offered to the consumer (answering it then does nothing)."""
@@ -593,58 +471,35 @@ class Run:
             with anyio.move_on_after(self._timeouts.model_s) as deadline:
                 result = await self._stream_model(effect, None)
             if deadline.cancelled_caught:
-                result = ModelCallFailed(
-                    call_id=effect.call_id,
-                    kind="stream_broken",
-                    message=f"the model call stalled past {self._timeouts.model_s} s",
+                result = answer.gave_up(
+                    effect, f"the model call stalled past {self._timeouts.model_s} s"
                 )
         if result is not None:
-            self._feed(_stamped(result, self._now()))
+            self._feed(stamped(result, self._now()))
 
     async def _stream_model(
         self, effect: CallModel, scope: anyio.CancelScope | None
-    ) -> ModelCallFailed | None:
-        """Feed the client's events; return a failure to report instead, if any.
+    ) -> Event | None:
+        """Feed the client's events, checked (steploop/effects/answer.py); return a failure to
+        report instead, if any.
 
         The stream is closed shielded from cancellation. When the response ended and
         ``scope`` (the runner's, the innermost) was not cancelled, that scope becomes the
         shield: the call is dropped from the cancellable ones first (it is over)."""
         stream = self._model.stream(effect)
-        call_id = effect.call_id
+        checked = answer.ModelStream(effect, self._tool_use_ids)
         ended = False
-        tool_ids = self._tool_use_ids.response(effect.conversation)
         try:
-            async for event in stream:
-                if (
-                    not isinstance(event, (ModelBlockReceived, ModelResponseEnded, ModelCallFailed))
-                    or event.call_id != call_id
-                ):
-                    return ModelCallFailed(
-                        call_id=call_id,
-                        kind="unknown",
-                        message=f"the model client produced malformed data: {event!r:.200}",
-                    )
-                if isinstance(event, ModelBlockReceived):  # steploop/effects/boundary.py
-                    problem = model_problem(event.block, tool_ids)
-                    if problem is not None:
-                        return ModelCallFailed(
-                            call_id=call_id,
-                            kind="unknown",
-                            message=f"the model sent a malformed response: {problem}",
-                        )
-                    block = clean_block(event.block)
-                    if block is not event.block:
-                        event = attrs.evolve(event, block=block)
-                else:
-                    event = clean_event(event)
-                self._feed(_stamped(event, self._now()))  # one clock for every event
+            async for raw in stream:
+                event = checked.check(raw)
+                if checked.refused:  # malformed: the call ends with this failure
+                    return event
+                self._feed(stamped(event, self._now()))  # one clock for every event
                 if not isinstance(event, ModelBlockReceived):  # the response's last event
                     ended = True
                     return None
         except Exception as exc:  # a broken client is a model error, not a crash of the run
-            return ModelCallFailed(
-                call_id=call_id, kind="unknown", message=f"{type(exc).__name__}: {exc}"
-            )
+            return answer.raised(effect, exc)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
@@ -657,11 +512,7 @@ class Run:
                 else:
                     with self._scope(shield=True):
                         await aclose()
-        return ModelCallFailed(
-            call_id=call_id,
-            kind="stream_broken",
-            message="the model stream ended without a result",
-        )
+        return checked.ran_dry()
 
     async def _run_tool(self, effect: StartTool, scope: anyio.CancelScope) -> None:
         """The call's deadline is on the runner's scope: past it, a timeout result; cancelled
@@ -688,95 +539,73 @@ class Run:
             key = opens(effect)
             if out is None and scope.cancel_called and key and self._scopes.get(key) is scope:
                 out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
-            if out is not None:
-                given = out
-                out = tool_output(effect.name, out)  # steploop/effects/boundary.py
-                if out.hook_stopped:  # which hook, and why [E-HOOK-1]
-                    out = hook_stop_output(effect.name, given, out)
-                self._feed(
-                    ToolFinished(
-                        generation=effect.generation,
-                        tool_use_id=effect.tool_use_id,
-                        content=out.content,
-                        is_error=out.is_error,
-                        hook_stopped=out.hook_stopped,
-                        hook_event=out.hook_event,
-                        hook_stop_reason=out.hook_stop_reason,
-                        at_ms=self._now(),
-                    )
-                )
+            if out is not None:  # checked, with the hook that stopped it [E-HOOK-1]
+                self._feed(answer.tool(effect, out, self._now()))
 
     async def _wait(self, effect: Wait, scope: anyio.CancelScope) -> None:
         await anyio.sleep(effect.ms / 1000)
         self._feed(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now()))
 
     async def _compact(self, effect: Compact, scope: anyio.CancelScope) -> None:
-        result: Any = CompactionFailed(
-            compact_id=effect.compact_id, reason="no compactor configured"
+        compactor = self._compactor
+        if compactor is None:
+            self._feed(answer.unhandled(effect, self._now()))
+            return
+        seconds = self._timeouts.compaction_s
+        await self._bounded(
+            effect,
+            lambda: compactor.compact(effect),
+            answer.compaction,
+            seconds,
+            f"timed out after {seconds} s",
         )
-        if self._compactor is not None:
-            with anyio.move_on_after(_deadline(self._timeouts.compaction_s)) as deadline:
-                try:
-                    result = await self._compactor.compact(effect)
-                except Exception as exc:  # counted by the breaker, never a crash
-                    result = CompactionFailed(
-                        compact_id=effect.compact_id, reason=f"{type(exc).__name__}: {exc}"
-                    )
-            if deadline.cancelled_caught:
-                result = CompactionFailed(
-                    compact_id=effect.compact_id,
-                    reason=f"timed out after {self._timeouts.compaction_s} s",
-                )
-        if not _valid_compaction(result, effect.compact_id):
-            result = CompactionFailed(
-                compact_id=effect.compact_id,
-                reason=f"the compactor returned malformed data: {result!r:.200}",
-            )
-        self._feed(_stamped(compaction_result(result), self._now()))
 
     async def _run_hooks(self, effect: RunStopHooks, scope: anyio.CancelScope) -> None:
-        result: Any = StopHooksFinished(hooks_id=effect.hooks_id)
-        if self._stop_hooks is not None:
-            with anyio.move_on_after(_deadline(self._timeouts.stop_hooks_s)) as deadline:
-                try:
-                    result = await self._stop_hooks.run(
-                        effect,
-                        session_id=self.session_id,
-                        transcript_path=str(self.transcript_path or ""),
-                        cwd=str(self._workspace),
-                        event_name="SubagentStop" if self.config.is_subagent else "Stop",
-                    )
-                except Exception as exc:
-                    result = StopHooksFinished(
-                        hooks_id=effect.hooks_id, error=f"{type(exc).__name__}: {exc}"
-                    )
-            if deadline.cancelled_caught:
-                result = StopHooksFinished(
-                    hooks_id=effect.hooks_id,
-                    error=f"stop hooks timed out after {self._timeouts.stop_hooks_s} s",
-                )
-        if not (isinstance(result, StopHooksFinished) and result.hooks_id == effect.hooks_id):
-            result = StopHooksFinished(
-                hooks_id=effect.hooks_id,
-                error=f"the stop hooks returned malformed data: {result!r:.200}",
-            )
-        self._feed(_stamped(clean(result), self._now()))
-
-    async def _summarize(self, effect: SummarizeToolUse, scope: anyio.CancelScope) -> None:
-        text: Any = None
-        if self._summarizer is not None:
-            with anyio.move_on_after(_deadline(self._timeouts.summary_s)):
-                try:
-                    text = await self._summarizer(effect)
-                except Exception:
-                    text = None
-        text = clean_text(text) if isinstance(text, str) else None
-        self._feed(
-            ToolUseSummaryReady(summary_id=effect.summary_id, summary=text, at_ms=self._now())
+        hooks = self._stop_hooks
+        if hooks is None:
+            self._feed(answer.unhandled(effect, self._now()))
+            return
+        seconds = self._timeouts.stop_hooks_s
+        await self._bounded(
+            effect,
+            lambda: hooks.run(
+                effect,
+                session_id=self.session_id,
+                transcript_path=str(self.transcript_path or ""),
+                cwd=str(self._workspace),
+                event_name=answer.stop_event(self.config.is_subagent),
+            ),
+            answer.stop_hooks,
+            seconds,
+            f"stop hooks timed out after {seconds} s",
         )
 
+    async def _summarize(self, effect: SummarizeToolUse, scope: anyio.CancelScope) -> None:
+        summarizer = self._summarizer
+        if summarizer is None:
+            self._feed(answer.unhandled(effect, self._now()))
+            return
+        await self._bounded(
+            effect, lambda: summarizer(effect), answer.summary, self._timeouts.summary_s, ""
+        )
 
-E = TypeVar("E")
+    async def _bounded(
+        self,
+        effect: answer.Handled,
+        call: Callable[[], Awaitable[object]],
+        check: Callable[[answer.Handled, Any], Event],
+        seconds: float | None,
+        late: str,
+    ) -> None:
+        """Answer ``effect`` with what its handler gives (steploop/effects/answer.py); past
+        ``seconds``, the handler is cancelled and the answer is the one for no answer."""
+        event: Event | None = None
+        with anyio.move_on_after(_deadline(seconds)) as deadline:
+            event = await answer.outcome(effect, call, check)
+        if deadline.cancelled_caught:
+            event = answer.gave_up(effect, late)
+        assert event is not None
+        self._feed(stamped(event, self._now()))
 
 
 def _observer_of(observer: StepObserver | None) -> Observer | None:
@@ -801,44 +630,8 @@ def _observer_of(observer: StepObserver | None) -> Observer | None:
     return call
 
 
-def _policy_answer(
-    effect: AskPermission, decision: Literal["allow", "deny"], at_ms: int
-) -> PermissionAnswered:
-    allowed = decision == "allow"
-    return PermissionAnswered(
-        generation=effect.generation,
-        tool_use_id=effect.tool_use_id,
-        decision="allow" if allowed else "deny_by_rule",
-        reason="" if allowed else "The permission policy denies this tool.",
-        at_ms=at_ms,
-    )
-
-
-def _stamped(event: E, at_ms: int) -> E:
-    """The event with the run's clock (the reducer's fast evolve, steploop/reducer/_replace.py)."""
-    return evolve(event, at_ms=at_ms)
-
-
 def _deadline(seconds: float | None) -> float:
     return math.inf if seconds is None else seconds
-
-
-def _valid_compaction(result: object, compact_id: int) -> bool:
-    if isinstance(result, CompactionFailed):
-        return result.compact_id == compact_id
-    if isinstance(result, CompactionFinished):
-        from steploop.reducer.messages import (
-            AssistantMessage,
-            AttachmentMessage,
-            SystemMessage,
-            UserMessage,
-        )
-
-        return result.compact_id == compact_id and all(
-            isinstance(m, (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage))
-            for m in result.messages
-        )
-    return False
 
 
 def _send_nowait(stream: MemoryObjectSendStream[TextDelta], item: TextDelta) -> None:
@@ -846,15 +639,6 @@ def _send_nowait(stream: MemoryObjectSendStream[TextDelta], item: TextDelta) -> 
         stream.send_nowait(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
-
-
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        input_tokens=a.input_tokens + b.input_tokens,
-        output_tokens=a.output_tokens + b.output_tokens,
-        cache_creation_input_tokens=a.cache_creation_input_tokens + b.cache_creation_input_tokens,
-        cache_read_input_tokens=a.cache_read_input_tokens + b.cache_read_input_tokens,
-    )
 
 
 def _version() -> str:
@@ -868,27 +652,6 @@ def _version() -> str:
 
 def _wall_ms() -> int:
     return int(time.time() * 1000)
-
-
-_HOOK_EVENTS: tuple[HookEvent, ...] = ("PreToolUse", "PostToolUse")
-
-
-def hook_stop_output(name: str, given: object, out: ToolOutput) -> ToolOutput:
-    """``out`` (the checked form of what tool ``name`` returned, ``given``, which stopped the
-    turn) with ``given``'s hook event and stop reason, checked as the rest was: an event other
-    than PreToolUse/PostToolUse or a reason that is not a str is an error result naming it; a
-    reason's lone surrogates are replaced (specs/ E-HOOK-1, B-TEXT-1)."""
-    event = getattr(given, "hook_event", "PostToolUse")
-    reason = getattr(given, "hook_stop_reason", "")
-    if event not in _HOOK_EVENTS or reason.__class__ is not str:
-        return tool_use_error(
-            f"Error calling tool {name}: hook_event must be PreToolUse or PostToolUse and "
-            f"hook_stop_reason a str, got {event!r:.30} and {reason!r:.30}"
-        )
-    reason = clean_text(reason)
-    if (out.hook_event, out.hook_stop_reason) == (event, reason):
-        return out
-    return attrs.evolve(out, hook_event=event, hook_stop_reason=reason)
 
 
 def run(
@@ -940,7 +703,7 @@ def run(
         ``r.result`` afterwards.
     """
     req = Request(prompt=request, at_ms=clock_ms()) if isinstance(request, str) else request
-    req = clean(req)  # a prompt from argv or a file can hold lone surrogates
+    req = answer.request(req)  # a prompt from argv or a file can hold lone surrogates
     registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
     return Run(
         req,

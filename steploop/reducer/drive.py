@@ -39,7 +39,7 @@ from steploop.reducer.effects import Effect, Finish
 from steploop.reducer.errors import IllegalEvent
 from steploop.reducer.events import Event
 from steploop.reducer.machine import advance, begin
-from steploop.reducer.protocol import Ledger, answers, awaiting, withdrawn, withdraws_any
+from steploop.reducer.protocol import Ledger, awaiting, not_withdrawn, withdraws_any
 from steploop.reducer.state import LoopState, Request, Session
 from steploop.reducer.transitions import Terminal, Transition
 
@@ -250,7 +250,7 @@ class Loop:
 
     def _drop_withdrawn(self, effect: Effect) -> None:
         """Answers still queued for a request ``effect`` withdraws are never stepped."""
-        keep = [ev for ev in self._inbox if (k := answers(ev)) is None or not withdrawn(effect, k)]
+        keep = not_withdrawn(self._inbox, effect)
         if len(keep) != len(self._inbox):
             self._inbox.clear()
             self._inbox.extend(keep)

@@ -90,6 +90,7 @@ __all__ = [
     "awaiting",
     "closes",
     "kind_of",
+    "not_withdrawn",
     "opens",
     "readdress",
     "unasked",
@@ -267,6 +268,12 @@ def withdrawn(effect: Effect, key: Key) -> bool:
         new = _OPENS[cls](effect)
         return key[0] == new[0] and key != new
     return False
+
+
+def not_withdrawn(events: Iterable[Event], effect: Effect) -> list[Event]:
+    """``events`` (answers waiting to be stepped) less those that answer a request ``effect``
+    withdraws (W-DRIVE-2); events sent unasked stay. The order is kept."""
+    return [ev for ev in events if (k := answers(ev)) is None or not withdrawn(effect, k)]
 
 
 def withdraws_any(effect: Effect) -> bool:

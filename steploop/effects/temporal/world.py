@@ -25,7 +25,8 @@ workflow task's clock is not always the one its replay sees: a rejected update's
 task leaves no trace in the history). Activities stamp their events with the worker's clock
 as they happen; a client's update or signal carries the client's clock; an answer the workflow
 makes itself (a permission the policy settles, a failed activity) takes the time of the last
-event stepped, and a timer's ``WaitElapsed`` that time plus the wait.
+event stepped, and a timer's ``WaitElapsed`` that time plus the wait. What those answers hold
+is the answering layer's (:mod:`steploop.effects.answer`), as in every world.
 
 Values cross Temporal as plain JSON data (``steploop.reducer.serialize.unstructure``), never as pickles:
 effects go to activities, events come back, the loop state travels through ``continue_as_new``.
@@ -37,13 +38,12 @@ from typing import Any, Literal, TypeAlias
 
 from steploop.reducer.effects import (
     AcknowledgeCommands,
-    AskPermission,
     Effect,
     Emit,
     Finish,
     PersistToolResult,
 )
-from steploop.reducer.events import Event, PermissionAnswered
+from steploop.reducer.events import Event
 from steploop.reducer.protocol import Key, opens, withdrawn, withdraws, withdraws_any
 from steploop.reducer.serialize import structure, unstructure
 
@@ -55,7 +55,6 @@ __all__ = [
     "encode",
     "kind_of",
     "opens",
-    "policy_answer",
     "withdrawn",
     "withdraws",
     "withdraws_any",
@@ -74,26 +73,6 @@ def kind_of(effect: Effect) -> Kind:
         return "withdraws"
     assert isinstance(effect, (PersistToolResult, AcknowledgeCommands, Emit)), effect
     return "fire_and_forget"
-
-
-def policy_answer(effect: AskPermission, decision: str, at_ms: int) -> PermissionAnswered | None:
-    """The answer a policy decision gives at once ("allow", "deny"), or None for "ask"."""
-    if decision == "allow":
-        return PermissionAnswered(
-            generation=effect.generation,
-            tool_use_id=effect.tool_use_id,
-            decision="allow",
-            at_ms=at_ms,
-        )
-    if decision == "deny":
-        return PermissionAnswered(
-            generation=effect.generation,
-            tool_use_id=effect.tool_use_id,
-            decision="deny_by_rule",
-            reason="The permission policy denies this tool.",
-            at_ms=at_ms,
-        )
-    return None
 
 
 def encode(value: Any) -> dict[str, Any]:

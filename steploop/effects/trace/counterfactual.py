@@ -25,6 +25,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from steploop.effects import answer
+from steploop.effects.boundary import ToolUseIds
 from steploop.effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
 from steploop.effects.trace.read import TraceReader
 from steploop.effects.trace.replay import (
@@ -53,7 +55,6 @@ from steploop.reducer.events import (
     ModelBlockReceived,
     ModelResponseEnded,
     ToolTraits,
-    ToolUseSummaryReady,
     WaitElapsed,
 )
 from steploop.reducer.messages import Message
@@ -589,6 +590,7 @@ class _RecordedWorld:
         self.seq = 0
         self.clock = 0.0  # the recorded index of the last delivered event
         self.last: tuple[Event, int | None] | None = None
+        self.tool_ids = ToolUseIds()  # of the new run's conversations, for the policy's model
         for idx, ev in index.follows(0):
             self.push(idx, ev, None, idx)
 
@@ -674,10 +676,8 @@ class _RecordedWorld:
             raise self.diverge(effect, kind, ordinal, "no recorded effect matches it")
         if isinstance(effect, Wait):
             self.answered(kind, key, [WaitElapsed(wait_id=effect.wait_id)])
-        elif isinstance(effect, SummarizeToolUse):
-            self.answered(
-                kind, key, [ToolUseSummaryReady(summary_id=effect.summary_id, summary=None)]
-            )
+        elif isinstance(effect, SummarizeToolUse):  # no summarizer: no summary
+            self.answered(kind, key, [answer.unhandled(effect)])
         elif isinstance(effect, (CallModel, Compact)):
             self.owed.append((effect, key))
         else:
@@ -710,21 +710,24 @@ class _RecordedWorld:
             self.answered(key[0], key, events)
 
     async def ask(self, e: Effect) -> list[Event]:
+        """The policy's model's answer, through the answering layer as in every world
+        (steploop/effects/answer.py): a malformed response ends the call as a model error,
+        text is cleaned, a compaction's result is checked, a client that raises is a model
+        error. A ``SteploopError`` (a script run dry) propagates: the replay diverges there."""
         if isinstance(e, CallModel):
-            events: list[Event] = []
-            stream = self.policy_model.stream(e)
-            try:
-                async for ev in stream:
-                    events.append(ev)
-            finally:
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            return events
+            return await answer.response(
+                e, self.policy_model, self.tool_ids, passing=(SteploopError,)
+            )
         assert isinstance(e, Compact)
         from steploop.effects.compaction import ModelCompactor
 
-        return [await ModelCompactor(self.policy_model).compact(e)]
+        try:
+            result = await ModelCompactor(self.policy_model).compact(e)
+        except SteploopError:
+            raise
+        except Exception as exc:  # counted by the breaker, never a crash
+            return [answer.raised(e, exc)]
+        return [answer.compaction(e, result)]
 
     async def next_event(self, state: LoopState) -> Event | None:
         if self.owed:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from steploop.effects import answer
 from steploop.effects.trace.format import StepRecord, TraceError, TraceHeader
 from steploop.effects.trace.provenance import client_secrets, make_provenance
 from steploop.effects.trace.read import TraceReader
@@ -25,7 +26,6 @@ from steploop.reducer.events import (
     ModelBlockReceived,
     ModelCallFailed,
     ModelResponseEnded,
-    ToolFinished,
 )
 from steploop.reducer.machine import advance
 from steploop.reducer.protocol import Ledger, answers, awaiting, opens
@@ -120,29 +120,15 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
 
 
 def _settling_events(point: ResumePoint, now: int) -> list[Event]:
-    """A half-streamed model call fails as a broken stream; a running tool ends in an error."""
+    """A half-streamed model call fails as a broken stream; a running tool ends in an error:
+    the answering layer's answers for a handler that gave none (steploop/effects/answer.py)."""
     out: list[Event] = []
     for e in point.reissue:
         if isinstance(e, CallModel) and e.call_id in point.partial_calls:
-            out.append(
-                ModelCallFailed(
-                    call_id=e.call_id,
-                    kind="stream_broken",
-                    message="the run was interrupted while this call streamed",
-                    at_ms=now,
-                )
-            )
+            out.append(answer.gave_up(e, "the run was interrupted while this call streamed", now))
     for e in point.reissue:
         if isinstance(e, StartTool):
-            out.append(
-                ToolFinished(
-                    generation=e.generation,
-                    tool_use_id=e.tool_use_id,
-                    content=INTERRUPTED_TOOL_RESULT,
-                    is_error=True,
-                    at_ms=now,
-                )
-            )
+            out.append(answer.gave_up(e, INTERRUPTED_TOOL_RESULT, now))
     return out
 
 
