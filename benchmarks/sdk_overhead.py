@@ -334,9 +334,9 @@ async def _alternate(base_url: str, turns: int, reps: int, with_profile: bool) -
             profile = prof.report(
                 focus=(
                     "steploop/reducer/machine.py:advance",
-                    "steploop/effects/model.py:stream",
-                    "steploop/effects/model.py:_request",
-                    "steploop/effects/model.py:_dispose",
+                    "steploop/effects/model/client.py:stream",
+                    "steploop/effects/model/client.py:_request",
+                    "steploop/effects/model/client.py:_dispose",
                 )
             )
     finally:
