@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ from steploop.reducer.machine import (
     ROUND_END,
     TABLE,
     TOOL_ROUND_END,
+    Write,
 )
 from steploop.reducer.transitions import (
     CONTINUE_TYPES,
@@ -190,6 +192,22 @@ def test_the_reset_table_is_the_one_in_the_specs() -> None:
                 assert writes[field] is RESET
             else:
                 assert writes[field] == _SPEC_VALUES[cell], (column, field)
+
+
+@pytest.mark.spec("C-RESET-1")
+def test_the_reset_table_runs_no_code_from_strings() -> None:
+    """Each write of RESETS is a function applied by plain code: no exec, eval or compile
+    anywhere in the machine's package."""
+    writes = [w for row in RESETS for _, w in row.writes if isinstance(w, Write)]
+    assert writes and all(callable(w.compute) for w in writes)
+    for path in sorted((ROOT / "steploop" / "reducer" / "machine").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        called = {
+            n.func.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        assert not called & {"exec", "eval", "compile"}, path.name
 
 
 def test_graph_command_draws_the_static_machine() -> None:

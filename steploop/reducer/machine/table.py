@@ -258,23 +258,31 @@ def after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
 
 @attrs.frozen
 class Write:
-    """A written value that is not a constant: ``how`` names it (the table's wording),
-    ``expr`` is the expression it stands for, of ``s``, ``cfg`` and the transition ``t``
-    (``{field}`` is the row's field)."""
+    """A written value that is not a constant: ``how`` names it (the table's wording, which
+    specs/rules.md's C-RESET-1 table uses), ``compute`` computes it from the state ``s``, the
+    config ``cfg``, the transition ``t`` and the name of the row's field."""
 
     how: str
-    expr: str = attrs.field(repr=False)
+    compute: Callable[[LoopState, LoopConfig, Any, str], object] = attrs.field(repr=False)
 
     def __repr__(self) -> str:
         return self.how
 
 
-PLUS_ONE: Final = Write("+1", "s.{field} + 1")  # the field's value plus one
-ATTEMPT: Final = Write("attempt", "t.attempt")  # the transition's attempt
-ESCALATED: Final = Write("escalated cap", "cfg.escalated_max_output_tokens")
-RESET: Final = Write("reset", "AutoCompactTracking()")  # a fresh tracking
-KEPT_OR_CLEARED: Final = Write(  # kept; cleared under [Q-11]
-    "kept*", "False if cfg.compat.stop_hook_active_cleared_by_recovery else s.{field}"
+# the field's value plus one
+PLUS_ONE: Final = Write("+1", lambda s, cfg, t, field: getattr(s, field) + 1)
+# the transition's attempt
+ATTEMPT: Final = Write("attempt", lambda s, cfg, t, field: t.attempt)
+# the config's escalated output cap
+ESCALATED: Final = Write("escalated cap", lambda s, cfg, t, field: cfg.escalated_max_output_tokens)
+# a fresh tracking
+RESET: Final = Write("reset", lambda s, cfg, t, field: AutoCompactTracking())
+# kept; cleared under [Q-11]
+KEPT_OR_CLEARED: Final = Write(
+    "kept*",
+    lambda s, cfg, t, field: (
+        False if cfg.compat.stop_hook_active_cleared_by_recovery else getattr(s, field)
+    ),
 )
 
 
@@ -354,31 +362,19 @@ RESETS: Final[tuple[Reset, ...]] = (
 )
 
 
-def _compile_reset(row: Reset) -> Callable[[LoopState, LoopConfig, Any], LoopState]:
-    """One row as a function, compiled once: ``evolve(s, transition=t, <the row's writes>)``,
-    what a hand-written branch per Continue would be (step() runs it every round)."""
-    ns: dict[str, Any] = {"evolve": evolve, "AutoCompactTracking": AutoCompactTracking}
-    args = []
-    for n, (name, value) in enumerate(row.writes):
-        if isinstance(value, Write):
-            args.append(f"{name}=({value.expr.format(field=name)})")
-        else:
-            ns[f"C{n}"] = value
-            args.append(f"{name}=C{n}")
-    src = f"def apply(s, cfg, t):\n    return evolve(s, transition=t, {', '.join(args)})\n"
-    exec(compile(src, f"<reset {row.transition.__name__}>", "exec"), ns)
-    apply: Callable[[LoopState, LoopConfig, Any], LoopState] = ns["apply"]
-    return apply
-
-
-_RESET_APPLY: Final[dict[type, Callable[[LoopState, LoopConfig, Any], LoopState]]] = {
-    row.transition: _compile_reset(row) for row in RESETS
+_WRITES: Final[dict[type[Continue], tuple[tuple[str, object], ...]]] = {
+    row.transition: row.writes for row in RESETS
 }
 
 
 def apply_reset(s: LoopState, cfg: LoopConfig, t: Continue) -> LoopState:
-    """Write ``transition`` and what ``RESETS`` says the Continue ``t`` writes [C-RESET-1]."""
-    return _RESET_APPLY[type(t)](s, cfg, t)
+    """Write ``transition`` and what ``RESETS`` says the Continue ``t`` writes [C-RESET-1]: one
+    ``evolve`` of the state, each of the row's fields to its constant or to its Write's value
+    (every value computed from the state before the Continue)."""
+    changes: dict[str, object] = {"transition": t}
+    for field, value in _WRITES[type(t)]:
+        changes[field] = value.compute(s, cfg, t, field) if isinstance(value, Write) else value
+    return evolve(s, **changes)
 
 
 # Events every non-terminal phase accepts: the user's interrupts and queued commands, the
