@@ -105,6 +105,7 @@ from steploop.reducer.state import (
     Session,
 )
 from steploop.reducer.transitions import (
+    CONTINUE_TYPES,
     AbortedStreaming,
     AbortedTools,
     BlockingLimit,
@@ -178,30 +179,45 @@ class Rung:
     waits: bool = False  # it waits for the world; the rungs after it run on the answer
 
 
+START: Final[tuple[object, ...]] = ("compacting", "streaming", BlockingLimit)
+"""Where a round's pipeline may lead [R-ORDER-1]: it waits for an auto-compaction or the model,
+or ends the turn at once at the blocking limit. start(), a Continue, the pause resume and
+inserted messages each begin a round."""
+
+PTL_LADDER: Final = Rung(
+    "R-PTL-1",
+    "prompt-too-long ladder",
+    round_end.prompt_too_long,
+    (CollapseDrainRetry, "reactive_compacting", PromptTooLong),
+)
+MEDIA_LADDER: Final = Rung(
+    "R-MEDIA-1", "media ladder", round_end.media, ("reactive_compacting", ImageError)
+)
+MOT_LADDER: Final = Rung(
+    "R-MOT-1",
+    "max-output-tokens ladder",
+    round_end.mot_ladder,
+    (MaxOutputTokensEscalate, MaxOutputTokensRecovery, Completed),
+)
+API_ERROR_EXIT: Final = Rung("G1", "API-error exit", round_end.api_error_exit, (Completed,))
+PAUSE_RESUME: Final = Rung("S-PAUSE-1", "pause_turn resume", round_end.pause_turn, START)
+STOP_HOOKS: Final = Rung(
+    "R-HOOK-1", "stop hooks", round_end.stop_hooks, ("stop_hooks",), waits=True
+)
+TOKEN_BUDGET: Final = Rung(
+    "C-BUDGET-1", "token budget", round_end.token_budget, (TokenBudgetContinuation,)
+)
+COMPLETED: Final = Rung("T-COMPLETED-1", "completed", round_end.completed, (Completed,))
+
 ROUND_END: Final[tuple[Rung, ...]] = (
-    Rung(
-        "R-PTL-1",
-        "prompt-too-long ladder",
-        round_end.prompt_too_long,
-        (CollapseDrainRetry, "reactive_compacting", PromptTooLong),
-    ),
-    Rung("R-MEDIA-1", "media ladder", round_end.media, ("reactive_compacting", ImageError)),
-    Rung(
-        "R-MOT-1",
-        "max-output-tokens ladder",
-        round_end.mot_ladder,
-        (MaxOutputTokensEscalate, MaxOutputTokensRecovery, Completed),
-    ),
-    Rung("G1", "API-error exit", round_end.api_error_exit, (Completed,)),
-    Rung(
-        "S-PAUSE-1",
-        "pause_turn resume",
-        round_end.pause_turn,
-        ("compacting", "streaming", BlockingLimit),
-    ),
-    Rung("R-HOOK-1", "stop hooks", round_end.stop_hooks, ("stop_hooks",), waits=True),
-    Rung("C-BUDGET-1", "token budget", round_end.token_budget, (TokenBudgetContinuation,)),
-    Rung("T-COMPLETED-1", "completed", round_end.completed, (Completed,)),
+    PTL_LADDER,
+    MEDIA_LADDER,
+    MOT_LADDER,
+    API_ERROR_EXIT,
+    PAUSE_RESUME,
+    STOP_HOOKS,
+    TOKEN_BUDGET,
+    COMPLETED,
 )
 """The no-tool-use path in the reference's order: PTL -> media -> MOT -> API-error exit (a
 refusal is one) -> pause_turn resume -> stop hooks -> token budget -> completed."""
@@ -468,21 +484,45 @@ TABLE: dict[Phase, dict[type, Handler]] = {
 # ``steploop graph --static`` draws the machine from this, TABLE and the ladders;
 # tests/reducer/test_graph.py holds that drawing consistent with the one the explorer observes.
 
-START: Final[tuple[object, ...]] = ("compacting", "streaming", BlockingLimit)
-"""Where start() may lead: the first round's pipeline [R-ORDER-1]."""
-
 AFTER_HOOKS: Final[tuple[Rung, ...]] = ROUND_END[AFTER_HOOKS_AT:]
+
+NEXT_ROUND: Final[dict[type[Continue], tuple[object, ...]]] = {
+    **{kind: START for kind in CONTINUE_TYPES},
+    # [G7] with the collapse gate no call meets the blocking limit while auto-compact is on;
+    # with auto-compact off, the call that failed met it, and a drain only shrinks the context
+    CollapseDrainRetry: ("compacting", "streaming"),
+}
+"""Where the round a Continue begins may lead (the pipeline's outcomes, START, or fewer)."""
 
 OUTCOMES: Final[dict[Phase, dict[type, tuple[object, ...]]]] = {
     "compacting": {
-        CompactionFinished: ("streaming", BlockingLimit),
+        # [G7] the call right after a compaction skips the blocking check
+        CompactionFinished: ("streaming",),
         CompactionFailed: ("streaming", BlockingLimit),
         Interrupted: (AbortedStreaming,),
     },
     "streaming": {
         ModelBlockReceived: ("streaming",),
-        ModelResponseEnded: ("running_tools", TOOL_ROUND_END, ROUND_END),
-        ModelCallFailed: ("streaming", "waiting_retry", ModelError, ImageError, ROUND_END),
+        # a response's end withholds no prompt-too-long or media error: those are failures
+        ModelResponseEnded: (
+            "running_tools",
+            TOOL_ROUND_END,
+            MOT_LADDER,
+            API_ERROR_EXIT,
+            PAUSE_RESUME,
+            STOP_HOOKS,
+        ),
+        # a failure is retried (streaming, waiting_retry), ends the turn, or is an API error:
+        # withheld (the recovery ladders) or not (the API-error exit)
+        ModelCallFailed: (
+            "streaming",
+            "waiting_retry",
+            ModelError,
+            ImageError,
+            PTL_LADDER,
+            MEDIA_LADDER,
+            API_ERROR_EXIT,
+        ),
         ToolFinished: ("streaming",),
         PermissionAnswered: ("streaming", AbortedStreaming),
         Interrupted: ("draining", AbortedStreaming),
@@ -494,9 +534,10 @@ OUTCOMES: Final[dict[Phase, dict[type, tuple[object, ...]]]] = {
         PermissionAnswered: ("running_tools", TOOL_ROUND_END, AbortedTools),
         Interrupted: ("draining", AbortedTools),
     },
+    # a permission answer while draining is a late one: the interrupt gave every call still
+    # asking its result [I-2] [I-3]
     "draining": {
         ToolFinished: ("draining", AbortedStreaming, AbortedTools),
-        PermissionAnswered: ("draining", AbortedStreaming, AbortedTools),
         Interrupted: ("draining", AbortedStreaming, AbortedTools),
     },
     "reactive_compacting": {
