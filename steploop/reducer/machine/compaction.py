@@ -6,10 +6,7 @@ from __future__ import annotations
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.conversation import SYNTHETIC_MODEL, Conversation
-from steploop.reducer.effects import (
-    CancelModelCall,
-    Emit,
-)
+from steploop.reducer.effects import CancelModelCall, Emit
 from steploop.reducer.errors import IllegalEvent
 from steploop.reducer.events import (
     CommandQueued,
@@ -18,24 +15,11 @@ from steploop.reducer.events import (
     MessagesInserted,
     ToolUseSummaryReady,
 )
-from steploop.reducer.machine import (
-    ending,
-    pipeline,
-    round_end,
-    streaming,
-    table,
-)
+from steploop.reducer.machine import ending, pipeline, round_end, streaming, table
 from steploop.reducer.machine.helpers import FX
 from steploop.reducer.messages import AssistantMessage
-from steploop.reducer.state import (
-    AutoCompactTracking,
-    LoopState,
-)
-from steploop.reducer.transitions import (
-    ImageError,
-    PromptTooLong,
-    ReactiveCompactRetry,
-)
+from steploop.reducer.state import AutoCompactTracking, LoopState
+from steploop.reducer.transitions import ImageError, PromptTooLong, ReactiveCompactRetry
 
 
 def _task_budget_carry(s: LoopState) -> LoopState:

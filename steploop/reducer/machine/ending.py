@@ -8,19 +8,11 @@ from typing import Any
 
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
-from steploop.reducer.effects import (
-    AcknowledgeCommands,
-    Finish,
-)
+from steploop.reducer.effects import AcknowledgeCommands, Finish
 from steploop.reducer.machine import pipeline, streaming, table
 from steploop.reducer.machine.helpers import FX
 from steploop.reducer.state import LoopState
-from steploop.reducer.transitions import (
-    AbortedStreaming,
-    AbortedTools,
-    Continue,
-    Terminal,
-)
+from steploop.reducer.transitions import AbortedStreaming, AbortedTools, Continue, Terminal
 
 
 def take_continue(

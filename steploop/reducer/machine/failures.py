@@ -8,30 +8,11 @@ from typing import Any, Final
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.conversation import Conversation
-from steploop.reducer.effects import (
-    CancelTools,
-    Emit,
-    Wait,
-)
+from steploop.reducer.effects import CancelTools, Emit, Wait
 from steploop.reducer.errors import IllegalEvent
-from steploop.reducer.events import (
-    ModelCallFailed,
-    WaitElapsed,
-)
-from steploop.reducer.machine import (
-    ending,
-    pipeline,
-    streaming,
-    table,
-)
-from steploop.reducer.machine.helpers import (
-    FX,
-    PROMPT_TOO_LONG,
-    api_error,
-    commit,
-    msg_id,
-    system,
-)
+from steploop.reducer.events import ModelCallFailed, WaitElapsed
+from steploop.reducer.machine import ending, pipeline, streaming, table
+from steploop.reducer.machine.helpers import FX, PROMPT_TOO_LONG, api_error, commit, msg_id, system
 from steploop.reducer.messages import (
     AssistantMessage,
     ErrorInfo,
@@ -43,14 +24,9 @@ from steploop.reducer.messages import (
     UserMessage,
 )
 from steploop.reducer.state import LoopState
-from steploop.reducer.transitions import (
-    ImageError,
-    ModelError,
-)
+from steploop.reducer.transitions import ImageError, ModelError
 
 FALLBACK_RESULT: Final = "Model fallback triggered"
-
-
 RETRYABLE: Final = frozenset({"rate_limited", "overloaded", "server_error", "connection"})
 
 

@@ -36,6 +36,7 @@ PROMPT_TOO_LONG: Final = "Prompt is too long"
 
 
 def msg_id(s: LoopState) -> tuple[LoopState, str]:
+    """The next message id, from the state's counter (R-ID-1), and the state that counted it."""
     n = s.ids.msg + 1
     return evolve(s, ids=evolve(s.ids, msg=n)), f"m{n}"
 
@@ -76,6 +77,7 @@ def api_error(
 def user(
     s: LoopState, text: str, *, origin: str, meta: bool = False
 ) -> tuple[LoopState, UserMessage]:
+    """A user message the machine writes (a nudge, feedback, the interruption)."""
     s, mid = msg_id(s)
     return s, UserMessage(id=mid, content=(TextBlock(text=text),), is_meta=meta, origin=origin)
 
@@ -83,6 +85,7 @@ def user(
 def system(
     s: LoopState, subtype: str, text: str, level: str = "info"
 ) -> tuple[LoopState, SystemMessage]:
+    """A system message (a notice; never sent to the model)."""
     s, mid = msg_id(s)
     return s, SystemMessage(id=mid, subtype=subtype, text=text, level=level)
 
@@ -90,6 +93,7 @@ def system(
 def attachment(
     s: LoopState, kind: str, data: tuple[tuple[str, str | int | bool | None], ...]
 ) -> tuple[LoopState, AttachmentMessage]:
+    """An attachment message of ``kind`` with its ``data``."""
     s, mid = msg_id(s)
     return s, AttachmentMessage(id=mid, attachment_type=kind, data=data)
 

@@ -16,33 +16,16 @@ from steploop.reducer.effects import (
     Emit,
 )
 from steploop.reducer.events import Interrupted
-from steploop.reducer.machine import (
-    ending,
-    streaming,
-    tool_round_end,
-)
-from steploop.reducer.machine.helpers import (
-    FX,
-    commit,
-    user,
-)
-from steploop.reducer.messages import (
-    Message,
-    ToolResultBlock,
-)
+from steploop.reducer.machine import ending, streaming, tool_round_end
+from steploop.reducer.machine.helpers import FX, commit, user
+from steploop.reducer.messages import Message, ToolResultBlock
 from steploop.reducer.state import LoopState
 from steploop.reducer.texts import interrupted_result
-from steploop.reducer.transitions import (
-    AbortedStreaming,
-    AbortedTools,
-    StopHookPrevented,
-    Terminal,
-)
+from steploop.reducer.transitions import AbortedStreaming, AbortedTools, StopHookPrevented, Terminal
 
-# User-visible texts. The ones the facts file quotes are kept verbatim so transcripts match.
+# User-visible texts. The ones the facts file quotes are kept verbatim so transcripts match; the
+# texts that differ between steploop's and Claude Code's style live in steploop/reducer/texts.py.
 INTERRUPT_MESSAGE: Final = "[Request interrupted by user]"
-
-
 INTERRUPT_MESSAGE_TOOLS: Final = "[Request interrupted by user for tool use]"
 
 
@@ -80,6 +63,7 @@ def _abort_slots(s: LoopState, cfg: LoopConfig, fx: FX, kind: str) -> tuple[Loop
 
 
 def interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> LoopState:
+    """A hard or submit interrupt (``kind``) in the current phase: what I-1..I-6 say it does."""
     phase = s.phase
     r = s.round
     if phase in ("compacting", "reactive_compacting", "waiting_retry"):  # [I-1], [I-5]

@@ -7,25 +7,15 @@ from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.effects import Emit
 from steploop.reducer.machine import pipeline
-from steploop.reducer.machine.helpers import (
-    FX,
-    msg_id,
-)
-from steploop.reducer.messages import (
-    TextBlock,
-    UserMessage,
-)
-from steploop.reducer.state import (
-    AutoCompactTracking,
-    LoopState,
-    Request,
-    Session,
-)
+from steploop.reducer.machine.helpers import FX, msg_id
+from steploop.reducer.messages import TextBlock, UserMessage
+from steploop.reducer.state import AutoCompactTracking, LoopState, Request, Session
 
 
 def open_turn(
     request: Request, config: LoopConfig, session: Session | None
 ) -> tuple[LoopState, FX]:
+    """The first state of a user turn: the prompt emitted and stored, then the first round."""
     session = session or Session()
     content = (
         (TextBlock(text=request.prompt),) if isinstance(request.prompt, str) else request.prompt

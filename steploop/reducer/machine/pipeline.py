@@ -6,23 +6,10 @@ from __future__ import annotations
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import QUERY_SOURCES_NO_BLOCKING, LoopConfig
 from steploop.reducer.context import collapse, microcompact, snip
-from steploop.reducer.effects import (
-    CallModel,
-    Compact,
-    Emit,
-    TaskBudget,
-)
+from steploop.reducer.effects import CallModel, Compact, Emit, TaskBudget
 from steploop.reducer.machine import ending
-from steploop.reducer.machine.helpers import (
-    FX,
-    PROMPT_TOO_LONG,
-    api_error,
-    count,
-)
-from steploop.reducer.state import (
-    LoopState,
-    Round,
-)
+from steploop.reducer.machine.helpers import FX, PROMPT_TOO_LONG, api_error, count
+from steploop.reducer.state import LoopState, Round
 from steploop.reducer.transitions import BlockingLimit
 
 
@@ -31,6 +18,9 @@ def _breaker_tripped(s: LoopState, cfg: LoopConfig) -> bool:
 
 
 def begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    """Begin a round: the pipeline of R-ORDER-1 (snip, time-based microcompact, context
+    collapse, auto-compact), then the blocking limit and the model call. ``now``: the clock of
+    the event that began it."""
     gates = cfg.gates
     # [S-SNIP-1] snip (steploop rule)
     if gates.history_snip and count(s) >= cfg.snip_threshold:
@@ -106,6 +96,7 @@ def _blocking_applies(s: LoopState, cfg: LoopConfig) -> bool:
 
 
 def blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
+    """The end of the pipeline: the blocking limit ends the turn, else the round's first call."""
     if _blocking_applies(s, cfg) and count(s) >= cfg.blocking_limit:
         s, err = api_error(s, "blocking_limit", PROMPT_TOO_LONG, cfg=cfg)
         fx.append(Emit(item=err))

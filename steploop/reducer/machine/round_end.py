@@ -12,18 +12,10 @@ from typing import Final
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.context import collapse
-from steploop.reducer.effects import (
-    Compact,
-    Emit,
-    RunStopHooks,
-)
+from steploop.reducer.effects import Compact, Emit, RunStopHooks
 from steploop.reducer.errors import IllegalEvent
 from steploop.reducer.events import StopHooksFinished
-from steploop.reducer.machine import (
-    ending,
-    pipeline,
-    table,
-)
+from steploop.reducer.machine import ending, pipeline, table
 from steploop.reducer.machine.helpers import (
     FX,
     Rungs,
@@ -34,14 +26,8 @@ from steploop.reducer.machine.helpers import (
     system,
     user,
 )
-from steploop.reducer.messages import (
-    Message,
-    Tombstone,
-)
-from steploop.reducer.state import (
-    BudgetTracker,
-    LoopState,
-)
+from steploop.reducer.messages import Message, Tombstone
+from steploop.reducer.state import BudgetTracker, LoopState
 from steploop.reducer.transitions import (
     CollapseDrainRetry,
     Completed,

@@ -9,13 +9,7 @@ from typing import Final, assert_never
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.context import persisted_preview
-from steploop.reducer.effects import (
-    AskPermission,
-    CancelTools,
-    Emit,
-    PersistToolResult,
-    StartTool,
-)
+from steploop.reducer.effects import AskPermission, CancelTools, Emit, PersistToolResult, StartTool
 from steploop.reducer.errors import IllegalEvent
 from steploop.reducer.events import (
     ModelBlockReceived,
@@ -25,15 +19,8 @@ from steploop.reducer.events import (
     ToolFinished,
     ToolTraits,
 )
-from steploop.reducer.machine import (
-    failures,
-    interrupts,
-    table,
-)
-from steploop.reducer.machine.helpers import (
-    FX,
-    api_error,
-)
+from steploop.reducer.machine import failures, interrupts, table
+from steploop.reducer.machine.helpers import FX, api_error
 from steploop.reducer.messages import (
     AssistantMessage,
     ToolResultBlock,
@@ -41,14 +28,10 @@ from steploop.reducer.messages import (
     ToolUseSummary,
     UserMessage,
 )
-from steploop.reducer.state import (
-    LoopState,
-    Round,
-    Slot,
-)
+from steploop.reducer.state import LoopState, Round, Slot
 from steploop.reducer.texts import refusal_text, rejected_result
 
-# The texts that differ between steploop's and Claude Code's style live in steploop/reducer/texts.py.
+# the stop reasons of a response cut at its output cap (R-MOT-1)
 MOT_REASONS: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
@@ -396,6 +379,7 @@ def _served(r: Round, e: ModelResponseEnded) -> tuple[AssistantMessage, ...]:
 
 
 def emit_ready_summary(s: LoopState, fx: FX) -> LoopState:
+    """Emit the tool-use summary that is ready, if any, and clear it (R-SUM-1)."""
     if s.summary_text is None:
         return s
     fx.append(

@@ -93,17 +93,8 @@ from steploop.reducer.machine import (
     streaming,
     tool_round_end,
 )
-from steploop.reducer.machine.helpers import (
-    FX,
-    Rungs,
-)
-from steploop.reducer.state import (
-    AutoCompactTracking,
-    LoopState,
-    Phase,
-    Request,
-    Session,
-)
+from steploop.reducer.machine.helpers import FX, Rungs
+from steploop.reducer.state import AutoCompactTracking, LoopState, Phase, Request, Session
 from steploop.reducer.transitions import (
     CONTINUE_TYPES,
     AbortedStreaming,
@@ -228,8 +219,8 @@ AFTER_HOOKS_AT: Final = next(i for i, r in enumerate(ROUND_END) if r.waits) + 1
 _ROUND_END_RUNS: Final = tuple(r.run for r in ROUND_END)
 
 
-# The no-tool-use ladder: ROUND_END from rung ``start`` until a rung ends the round.
 def end_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
+    """The no-tool-use ladder: ROUND_END from rung ``start`` until a rung ends the round."""
     for run in _ROUND_END_RUNS[start:] if start else _ROUND_END_RUNS:
         s, ended = run(s, cfg, fx, now)
         if ended:
@@ -258,8 +249,8 @@ hook_stopped -> max_turns -> next_turn."""
 _TOOL_ROUND_END_RUNS: Final = tuple(r.run for r in TOOL_ROUND_END)
 
 
-# The tool-use ladder: TOOL_ROUND_END until a rung ends the round.
 def after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
+    """The tool-use ladder: TOOL_ROUND_END until a rung ends the round."""
     for run in _TOOL_ROUND_END_RUNS:
         s, ended = run(s, cfg, fx, now)
         if ended:

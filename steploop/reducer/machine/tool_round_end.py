@@ -8,24 +8,12 @@ from typing import Final
 
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
-from steploop.reducer.effects import (
-    Emit,
-    SummarizeToolUse,
-)
+from steploop.reducer.effects import Emit, SummarizeToolUse
 from steploop.reducer.machine import ending
-from steploop.reducer.machine.helpers import (
-    FX,
-    Rungs,
-    attachment,
-    commit,
-)
+from steploop.reducer.machine.helpers import FX, Rungs, attachment, commit
 from steploop.reducer.messages import Message
 from steploop.reducer.state import LoopState
-from steploop.reducer.transitions import (
-    HookStopped,
-    MaxTurns,
-    NextTurn,
-)
+from steploop.reducer.transitions import HookStopped, MaxTurns, NextTurn
 
 
 def tools_done(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
@@ -117,6 +105,7 @@ def _hook_stop_attachments(s: LoopState, fx: FX) -> LoopState:
 
 
 def max_turns_attachment(s: LoopState, cfg: LoopConfig, fx: FX, next_count: int) -> LoopState:
+    """Emit and store the ``max_turns_reached`` attachment (T-MAXTURNS-1)."""
     assert cfg.max_turns is not None
     s, att = attachment(
         s, "max_turns_reached", (("maxTurns", cfg.max_turns), ("turnCount", next_count))
