@@ -345,14 +345,29 @@ def test_import_command_table_and_exit_codes(
     code = main(["import", str(DATA / "fasthooks" / "sample_hook_logs.jsonl"), "--no-traces"], out)
     assert code == 1
     assert "not a Claude Code transcript" in capsys.readouterr().err
-    # a path that does not exist: a usage error
-    assert main(["import", str(tmp_path / "nope.jsonl")], io.StringIO()) == 2
+    # a path that does not exist: a usage error, and nothing is written (issue 27 item 18)
+    out_dir = tmp_path / "never"
+    assert main(["import", str(tmp_path / "nope.jsonl"), "-o", str(out_dir)], io.StringIO()) == 2
     assert "nope.jsonl: no such file or directory" in capsys.readouterr().err
+    assert not out_dir.exists()
+    (tmp_path / "empty-dir").mkdir()
+    assert main(["import", str(tmp_path / "empty-dir"), "-o", str(out_dir)], io.StringIO()) == 2
+    assert "no *.jsonl files under" in capsys.readouterr().err
+    assert not out_dir.exists()
     # the output folder inside the input folder is not read back
     src = tmp_path / "proj"
     shutil.copytree(DATA / "spotter", src, ignore=shutil.ignore_patterns("*-*-*-*-*"))
     assert main(["import", str(src), "-o", str(src / "out")], io.StringIO()) == 0
     assert main(["import", str(src), "-o", str(src / "out")], io.StringIO()) == 0
+
+
+def test_a_usage_error_writes_no_default_output_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`steploop import missing.jsonl` exits 2 and leaves no ./steploop-import behind."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "missing.jsonl"], io.StringIO()) == 2
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_folder_import_keeps_counts_and_streams_its_report(tmp_path: Path) -> None:

@@ -476,3 +476,55 @@ def test_records_with_anything_in_them_never_crash_the_importer(tmp_path: Path) 
         assert not any("importer failed" in p.message for p in rep.problems), rep.problems
         for trace in out.glob("*.jsonl"):
             assert replay_exact(trace).ok, (seed, trace.name)
+
+
+# --- issue 27 item 18: reading odd files, and what a failed command leaves ---------------------
+
+
+@pytest.mark.spec("IMP-1")
+def test_a_utf8_bom_does_not_lose_the_first_record(tmp_path: Path) -> None:
+    """A file saved with a UTF-8 byte-order mark: its first record is read like the others."""
+    records = [
+        _user("u1", None, "hello"),
+        _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+    ]
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in records).encode())
+    rep = import_file(path, None, name="bom.jsonl")
+    assert rep.problems == []
+    (turn,) = rep.turns
+    assert turn.lines == (1, 2) and turn.reproduced
+
+
+@pytest.mark.spec("IMP-1")
+def test_a_control_character_is_named_once_with_its_column(tmp_path: Path) -> None:
+    """json's message "Invalid control character at" is not followed by a second "at"."""
+    path = tmp_path / "ctl.jsonl"
+    good = json.dumps(_user("u1", None, "hello"))
+    path.write_text('{"type": "user", "x": "a\tb"}\n' + good + "\n", encoding="utf-8")
+    rep = import_file(path, None, name="ctl.jsonl")
+    assert [str(p) for p in rep.problems] == [
+        "ctl.jsonl:1: not valid JSON: Invalid control character at column 25; skipped"
+    ]
+
+
+@pytest.mark.spec("IMP-1")
+def test_an_unknown_record_type_is_a_warning_once_per_type(tmp_path: Path) -> None:
+    """A record type a newer Claude Code added is read past: one warning per type with its
+    count and first line, and the file still imports without an error."""
+    path = _write(
+        tmp_path,
+        [
+            {"type": "hologram", "payload": 1},
+            _user("u1", None, "hello"),
+            {"type": "hologram", "payload": 2},
+            {"type": "sparkle"},
+            _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+        ],
+    )
+    rep = import_file(path, None, name="s1.jsonl")
+    assert [f"{p.severity}: {p}" for p in rep.problems] == [
+        "warning: s1.jsonl:1: unknown record type 'hologram' (2 records, the first here); skipped",
+        "warning: s1.jsonl:4: unknown record type 'sparkle'; skipped",
+    ]
+    assert [t.reproduced for t in rep.turns] == [True]

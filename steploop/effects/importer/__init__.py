@@ -213,8 +213,6 @@ def import_paths(
     turns. A path that does not exist is listed in ``missing``; nothing raises for bad content.
     """
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
     summary = ImportSummary()
     sources: list[tuple[Path, str]] = []
     for raw in paths:
@@ -222,6 +220,10 @@ def import_paths(
             summary.missing.append(str(raw))
             continue
         sources.extend(find_sources([raw], exclude=out))
+    if not sources:
+        return summary  # nothing to import: nothing written, not even the folder
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     names = _Names(out) if out is not None else None
     report = _Report(out) if out is not None else None
     sizes = [_size(path) for path, _ in sources]

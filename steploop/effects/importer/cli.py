@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from steploop.effects.cli_common import CliError, ProgressBar, console_for
-from steploop.effects.importer import CAUSES, ImportSummary, import_paths
+from steploop.effects.importer import CAUSES, ImportSummary, find_sources, import_paths
 
 __all__ = ["cmd_import", "register"]
 
@@ -84,6 +84,12 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     out_dir: Path | None = None if args.no_traces else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: exists and is not a directory")
+    # usage errors first: a command that has nothing to import writes nothing
+    present = [p for p in args.paths if Path(p).expanduser().exists()]
+    if not present:
+        raise CliError(f"{args.paths[0]}: no such file or directory")
+    if next(find_sources(present, exclude=out_dir), None) is None:
+        raise CliError(f"no *.jsonl files under {', '.join(args.paths)}")
     if out_dir is not None:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,8 @@ METADATA_TYPES = frozenset(
         "marble-origami-snapshot",
     }
 )
+#: A UTF-8 byte-order mark, which some editors write at the start of a file.
+BOM = b"\xef\xbb\xbf"
 #: The newest Claude Code version whose transcript format the importer was written against.
 KNOWN_MAX_VERSION = "2.1.88"
 
@@ -319,7 +321,8 @@ def _str(value: Any) -> str | None:
 
 
 def _json_error(e: json.JSONDecodeError) -> str:
-    return f"not valid JSON: {e.msg} at column {e.colno}"
+    # some of json's messages end in "at" already ("Invalid control character at")
+    return f"not valid JSON: {e.msg.removesuffix(' at')} at column {e.colno}"
 
 
 def read_source(path: str | os.PathLike[str], name: str | None = None) -> SourceFile:
@@ -367,6 +370,9 @@ def _index(src: SourceFile, f: Any) -> None:
     seen_versions: set[str] = set()
     for ln, start, raw, cut in _lines(f):
         src.lines = ln
+        if ln == 1 and raw.startswith(BOM):  # a byte-order mark: the record starts after it
+            raw = raw[len(BOM) :]
+            start += len(BOM)
         if not raw.strip():
             src.problem(ln, "a blank line; skipped", "warning")
             continue
@@ -428,7 +434,8 @@ def _index(src: SourceFile, f: Any) -> None:
             unknown_types.setdefault(kind, [ln, 0])[1] += 1
     for kind, (first, n) in unknown_types.items():
         more = f" ({n} records, the first here)" if n > 1 else ""
-        src.problem(first, f"unknown record type {kind!r}{more}; skipped")
+        # a newer Claude Code adds record types: read past them, one warning per type
+        src.problem(first, f"unknown record type {kind!r}{more}; skipped", "warning")
     if newest is not None:
         src.problem(
             newest[2],

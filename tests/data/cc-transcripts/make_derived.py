@@ -78,7 +78,7 @@ def main() -> None:
     write("unknown_record_type.jsonl", dump([rs[0], odd, *rs[1:4], odd, *rs[4:]]))
     expect(
         "unknown_record_type.jsonl",
-        ["error: unknown_record_type.jsonl:2: unknown record type 'hologram' (2 records, the first here); skipped"],
+        ["warning: unknown_record_type.jsonl:2: unknown record type 'hologram' (2 records, the first here); skipped"],
         turns=2,
         reproduced=2,
     )
