@@ -121,6 +121,8 @@ def test_over_every_shipped_file() -> None:
     assert sum(1 for r in reps if r.transcript) == 19
     assert len(turns) == 50
     assert sum(t.reproduced for t in turns) >= 40
+    # two erk sessions end mid-turn, inside a tool call: reproduced up to the cut (IMP-22)
+    assert sum(t.verdict == "reproduced-to-cut" for t in turns) >= 2
     older = [t for n in FLOOR if not n.startswith("erk/") for t in imported(n).turns]
     assert [t.divergence for t in older if t.divergence is not None] == []
 
@@ -332,7 +334,8 @@ def test_import_command_table_and_exit_codes(
     code = main(["import", str(DATA / "spotter" / "tool_heavy.jsonl"), "-o", str(tmp_path / "a")], out)
     assert code == 0
     text = out.getvalue()
-    assert "2 user turn(s): 2 ended, 2 reproduced exactly (100.0%)" in text
+    assert "2 user turn(s): 2 ended, 2 reproduced exactly (100.0% of those that ended)" in text
+    assert "cut off" not in text
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
         "import-report.json",
         "tool_heavy.t001.jsonl",
@@ -417,7 +420,7 @@ def test_import_command_progress_names_and_output_folder(
     total = -(-(deep / "agent-a0123456789abcdef.jsonl").stat().st_size // 1000)
     assert err.rstrip().endswith(f"] {total}/{total} kB")
     header = out.getvalue().splitlines()[0].split()
-    assert header == ["file", "turns", "ended", "reproduced", "first", "divergences"]
+    assert header == ["file", "turns", "ended", "reproduced", "to-cut", "first", "divergences"]
     assert "agent-a0123456789abcdef.jsonl" in out.getvalue().replace("\n", "").replace(" ", "")
     (tmp_path / "a-file").write_text("")
     code = main(["import", str(deep), "-o", str(tmp_path / "a-file" / "out")], io.StringIO())

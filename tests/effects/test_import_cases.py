@@ -6,6 +6,7 @@ pins the exact problem lines and the verdict for it.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_derived_case(name: str) -> None:
         if t.divergence is not None:
             causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
     assert causes == want.get("causes", {})
+    assert sum(1 for t in rep.turns if t.verdict == "reproduced-to-cut") == want.get("cut", 0)
 
 
 @pytest.mark.spec("Q-13", "IMP-19")
@@ -388,12 +390,57 @@ def test_the_next_turn_starts_from_the_transcript_after_its_compaction(tmp_path:
     assert ids == ["b1", "s1x"]
 
 
-@pytest.mark.spec("IMP-16")
+@pytest.mark.spec("IMP-16", "IMP-22")
 def test_a_turn_cut_off_waiting_for_the_model(tmp_path: Path) -> None:
+    """A prompt and nothing after it: the call is left waiting, the turn reproduced up to the
+    cut (the prompt), not a divergence."""
     path = _write(tmp_path, [_user("u1", None, "anyone there?")])
     (turn,) = import_file(path, None, name="s1.jsonl").turns
     assert turn.terminal is None and not turn.reproduced
-    assert turn.divergence is not None and turn.divergence.cause == "cut-off"
+    assert turn.verdict == "reproduced-to-cut" and turn.divergence is None
+    assert turn.cut == (
+        "after line 1: the transcript's turn ends here while the machine is streaming model call 1"
+    )
+
+
+@pytest.mark.spec("IMP-22")
+def test_a_turn_cut_off_mid_tool_is_reproduced_up_to_the_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The transcript ends after a tool call with no result: the turn is compared up to the cut
+    and reported as reproduced up to the cut, counted apart from the turns that ended, in the
+    report, the table, the summary and the trace's provenance."""
+    from steploop.effects.cli import main
+
+    path = _write(
+        tmp_path,
+        [
+            _user("u1", None, "hello"),
+            _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+            _user("u2", "a1", "run the tests"),
+            _assistant("a2", "u2", "m2", {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "mix test"}}),
+        ],
+    )  # fmt: skip
+    out_dir = tmp_path / "out"
+    text = io.StringIO()
+    assert main(["import", str(path), "-o", str(out_dir)], text) == 0
+    printed = " ".join(text.getvalue().split())
+    assert "2 user turn(s): 1 ended, 1 reproduced exactly (100.0% of those that ended); 1 cut off by the transcript, reproduced up to the cut" in printed
+    assert printed.split("first divergences ")[1].startswith(f"{path} 2 1 1 1 1 file(s)")
+    report = json.loads((out_dir / "import-report.json").read_text(encoding="utf-8"))
+    t1, t2 = report["reports"][0]["turns"]
+    assert (t1["verdict"], t1["reproduced"]) == ("reproduced", True)
+    assert (t2["verdict"], t2["reproduced"], t2["divergence"]) == ("reproduced-to-cut", False, None)
+    assert t2["cut"] == (
+        "after line 4: the transcript's turn ends here while the machine is running_tools, "
+        "waiting for Bash t1"
+    )
+    assert report["reproduced"] == 1 and report["reproduced_to_cut"] == 1 and report["causes"] == {}
+    header = json.loads((out_dir / "s1.t002.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    prov = header["provenance"]
+    assert prov["verdict"] == "reproduced-to-cut" and prov["reproduced"] is False
+    assert prov["cut"] == t2["cut"] and prov["cause"] is None
+    capsys.readouterr()
 
 
 @pytest.mark.spec("IMP-19")

@@ -4,9 +4,10 @@
 a project folder, or ``~/.claude/projects`` itself), follows each file's ``parentUuid`` chain,
 cuts every thread into user turns, drives the machine through each turn under
 ``claude_code_2_1_88()`` with the transcript answering what the machine asks, and writes each
-turn as a trace that ``steploop replay`` checks like any other. Every turn gets a verdict: the
-machine reproduced the transcript (wrote the same messages, ids aside, and reached an end
-state) or not, with the first divergence and its cause.
+turn as a trace that ``steploop replay`` checks like any other. Every turn gets a verdict:
+``reproduced`` (the machine wrote the same messages, ids aside, and reached an end state),
+``reproduced-to-cut`` (the transcript cuts the turn off, and up to the cut the machine wrote what
+it holds) or ``diverged``, with the first divergence and its cause.
 
 Modules: :mod:`~steploop.effects.importer.source` (reading and indexing a file),
 :mod:`~steploop.effects.importer.chain` (threads and the chain), :mod:`~steploop.effects.importer.convert`
@@ -56,6 +57,7 @@ class FileSummary:
     turns: int
     ended: int
     reproduced: int
+    cut: int  # cut off by the transcript, reproduced up to the cut (IMP-22)
     traces: int
     causes: dict[str, int]
     problems: list[Problem]
@@ -68,6 +70,7 @@ class FileSummary:
             turns=len(report.turns),
             ended=sum(1 for t in report.turns if t.terminal is not None),
             reproduced=sum(1 for t in report.turns if t.reproduced),
+            cut=sum(1 for t in report.turns if t.verdict == "reproduced-to-cut"),
             traces=sum(1 for t in report.turns if t.trace is not None),
             causes=dict(
                 Counter(t.divergence.cause for t in report.turns if t.divergence is not None)
@@ -105,6 +108,11 @@ class ImportSummary:
         return sum(f.ended for f in self.files)
 
     @property
+    def cut(self) -> int:
+        """Turns the transcript cuts off, reproduced up to the cut (IMP-22)."""
+        return sum(f.cut for f in self.files)
+
+    @property
     def traces(self) -> int:
         return sum(f.traces for f in self.files)
 
@@ -126,6 +134,7 @@ class ImportSummary:
             "turns": self.turns,
             "ended": self.ended,
             "reproduced": self.reproduced,
+            "reproduced_to_cut": self.cut,
             "causes": dict(self.causes()),
             "problems": {
                 sev: sum(1 for p in probs if p.severity == sev)

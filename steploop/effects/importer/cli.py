@@ -37,30 +37,31 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
     # on a narrow terminal the names fold onto more lines; the counts and headers stay whole
     table.add_column("file", overflow="fold")
-    for name in ("turns", "ended", "reproduced"):
+    for name in ("turns", "ended", "reproduced", "to-cut"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     table.add_column("first divergences", overflow="fold")
     for f in summary.files:
         if not f.transcript:
-            table.add_row(f.file, "-", "-", "-", Text("not a transcript", style="yellow"))
+            table.add_row(f.file, "-", "-", "-", "-", Text("not a transcript", style="yellow"))
             continue
         table.add_row(
             f.file,
             str(f.turns),
             str(f.ended),
-            Text(str(f.reproduced), style="green" if f.reproduced == f.turns else "yellow"),
+            Text(str(f.reproduced), style="green" if f.reproduced == f.ended else "yellow"),
+            str(f.cut) if f.cut else "",
             ", ".join(f"{c} {n}" for c, n in sorted(f.causes.items())),
         )
     console.print(table)
     turns = summary.turns
-    console.print(
-        Text(
-            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {turns} "
-            f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
-            f"({_pct(summary.reproduced, turns)})",
-            style="bold",
-        )
+    line = (
+        f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {turns} "
+        f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
+        f"({_pct(summary.reproduced, summary.ended)} of those that ended)"
     )
+    if summary.cut:
+        line += f"; {summary.cut} cut off by the transcript, reproduced up to the cut"
+    console.print(Text(line, style="bold"))
     causes = summary.causes()
     if causes:
         console.print("first divergences by cause:")

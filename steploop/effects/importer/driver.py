@@ -121,6 +121,8 @@ class TurnDriver:
         terminal: the Terminal the turn ended with, or None.
         stuck: why the driver stopped before the end (None when the turn ended), and
             ``stuck_line`` the transcript line it stopped at.
+        cut: the driver stopped because the thread's transcript ends inside this turn, with
+            the machine waiting for what the transcript never wrote (IMP-22).
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class TurnDriver:
         self.terminal: Terminal | None = None
         self.stuck: str | None = None
         self.stuck_line: int | None = None
+        self.cut = False  # the thread's transcript ends inside this turn (IMP-22)
         self._unknown = unknown_tools
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
@@ -608,6 +611,7 @@ class TurnDriver:
             elif self._call_waiting() and may_answer_empty:
                 yield from self._answer_empty()
             else:
+                self.cut = self.last_turn and self.stuck is None
                 self._stop(f"the transcript's turn ends here while the machine is {self._waits()}")
                 return
 

@@ -12,7 +12,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -29,14 +29,27 @@ from steploop.reducer.messages import AssistantMessage, TextBlock, ToolResultBlo
 
 __all__ = [
     "IMPORTER",
+    "VERDICTS",
     "FileReport",
     "TurnReport",
+    "Verdict",
     "import_file",
     "turn_driver",
 ]
 
 #: The importer's name and rule-set version, written into every trace's provenance.
 IMPORTER = "steploop-import/1"
+
+Verdict: TypeAlias = Literal["reproduced", "reproduced-to-cut", "diverged"]
+"""A turn's verdict (IMP-19, IMP-22): it ended and the machine wrote what the transcript holds;
+the transcript cuts it off and up to the cut the machine wrote what it holds; or neither."""
+
+#: The verdicts, as the report and the table name them.
+VERDICTS: dict[str, str] = {
+    "reproduced": "reproduced",
+    "reproduced-to-cut": "reproduced up to the cut",
+    "diverged": "diverged",
+}
 
 #: Kinds of item whose message joins the conversation the next turn starts from (IMP-9).
 _CONVERSATION_KINDS = frozenset(
@@ -75,6 +88,8 @@ class TurnReport:
     divergence: Divergence | None
     inferred: dict[str, int]
     left_out: dict[str, int]
+    verdict: Verdict = "diverged"
+    cut: str | None = None  # where the transcript cuts the turn off (IMP-22)
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=True)
@@ -264,6 +279,8 @@ def _import_turns(
                 importer=IMPORTER,
                 turn=rep.turn,
                 reproduced=rep.reproduced,
+                verdict=rep.verdict,
+                cut=rep.cut,
                 divergence=rep.divergence.describe() if rep.divergence else None,
                 cause=rep.divergence.cause if rep.divergence else None,
                 inferred=_inferred_text(driver.inferred),
@@ -323,7 +340,16 @@ def _import_thread(
         driver.run(items[1:], may_answer_empty=more)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
-        if driver.stuck is not None and (div is None or div.step is None):
+        cut: str | None = None
+        verdict: Verdict = "diverged"
+        if div is None and driver.cut:
+            # IMP-22: everything the transcript holds of the turn, written alike; the machine
+            # waits for what the transcript never wrote
+            cut = f"after line {seg.lines[1]}: {driver.stuck}"
+            verdict = "reproduced-to-cut"
+        elif div is None and driver.terminal is not None:
+            verdict = "reproduced"
+        elif driver.stuck is not None and (div is None or div.step is None):
             # the machine wrote nothing more because the driver could not go on: say why
             div = Divergence(
                 line=driver.stuck_line,
@@ -353,10 +379,12 @@ def _import_thread(
             steps=driver.steps,
             terminal=driver.terminal.TAG if driver.terminal is not None else None,
             compared=compared,
-            reproduced=div is None and driver.terminal is not None,
+            reproduced=verdict == "reproduced",
             divergence=div,
             inferred={k: len(v) for k, v in sorted(driver.inferred.items())},
             left_out=dict(left_out),
+            verdict=verdict,
+            cut=cut,
         )
         yield rep, driver, cfg, request, session, seg
         del driver, rep, request, session  # one turn at a time: release it before the next

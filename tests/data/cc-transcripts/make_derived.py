@@ -58,7 +58,8 @@ def main() -> None:
     tools = lines(TOOLS)
 
     # a truncated last line: the file stops mid-record, without a final newline; the record
-    # was the interrupt marker that ended the last turn, so that turn is left cut off
+    # was the interrupt marker that ended the last turn, so that turn is left cut off, and
+    # reproduced up to the cut (IMP-22)
     last = tools[-1]
     write("truncated_last_line.jsonl", "\n".join(tools[:-1]) + "\n" + last[: len(last) // 2])
     expect(
@@ -69,7 +70,7 @@ def main() -> None:
         ],
         turns=2,
         reproduced=1,
-        causes={"cut-off": 1},
+        cut=1,
     )
 
     # an unknown record type, twice
