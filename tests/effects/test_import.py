@@ -514,3 +514,28 @@ def test_inserted_and_queued_events_appear_in_traces(traces: Path) -> None:
                 kinds.add(type(r.event))
     assert MessagesInserted in kinds and Interrupted in kinds
     assert CommandQueued not in kinds
+
+
+@pytest.mark.spec("IMP-23")
+def test_a_sub_agent_file_names_the_call_that_started_it(tmp_path: Path) -> None:
+    """2.1.x writes a sub-agent's run to <session>/subagents/agent-<id>.jsonl: its traces name
+    the parent session and the Task call (found in the session file's agent_progress records),
+    and the session's report lists the call with the sub-agent's traces."""
+    session = "258c7280-ae70-4798-800f-63464d01a85d"
+    proj = tmp_path / "proj"
+    (proj / session / "subagents").mkdir(parents=True)
+    shutil.copy(DATA / "spotter" / f"{session}.jsonl", proj)
+    child = DATA / "spotter" / session / "subagents" / "agent-a881341.jsonl"
+    shutil.copy(child, proj / session / "subagents")
+    reports: list[FileReport] = []
+    import_paths([proj], tmp_path / "out", on_file=reports.append)
+    assert [r.file for r in reports] == [f"{session}/subagents/agent-a881341.jsonl", f"{session}.jsonl"]
+    header = json.loads((tmp_path / "out" / "agent-a881341.side1.t001.jsonl").read_text().splitlines()[0])
+    prov = header["provenance"]
+    assert prov["parent_session"] == session
+    assert prov["parent_tool_use_id"] == "toolu_01VmaERAwhb19LGUwu9GenaK"
+    assert prov["parent_source"] == f"{session}.jsonl"
+    assert prov["parent_link"] == "an agent_progress record"
+    (call,) = [c for c in reports[1].children if c["tool_use_id"] == "toolu_01VmaERAwhb19LGUwu9GenaK"]
+    assert call["agent_id"] == "a881341" and call["file"] == f"{session}/subagents/agent-a881341.jsonl"
+    assert call["traces"] == ["agent-a881341.side1.t001.jsonl"] and call["line"] == 1473

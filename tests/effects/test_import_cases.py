@@ -42,7 +42,7 @@ DERIVED = ROOT / "tests" / "data" / "cc-transcripts" / "derived"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((DERIVED / "expected.json").read_text("utf-8"))
 
 
-@pytest.mark.spec("IMP-1", "IMP-4", "IMP-5", "IMP-6")
+@pytest.mark.spec("IMP-1", "IMP-4", "IMP-5", "IMP-6", "IMP-23")
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_derived_case(name: str) -> None:
     """Each bad or unusual file: exactly its problem lines, then its turns and verdicts."""
@@ -57,6 +57,17 @@ def test_derived_case(name: str) -> None:
             causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
     assert causes == want.get("causes", {})
     assert sum(1 for t in rep.turns if t.verdict == "reproduced-to-cut") == want.get("cut", 0)
+    if "threads" in want:  # each thread's place: where it forks, its chains, its call (IMP-23)
+        got = []
+        for th in rep.thread_list:
+            entry: dict[str, Any] = {
+                "name": th.name, "own": th.own, "fork": th.fork,
+                "chains": [c["root"] for c in th.chains], "turns": th.turns,
+            }  # fmt: skip
+            if th.parent is not None:
+                entry["parent"] = th.parent["tool_use_id"]
+            got.append(entry)
+        assert got == want["threads"]
 
 
 @pytest.mark.spec("Q-13", "IMP-19")
@@ -575,3 +586,60 @@ def test_an_unknown_record_type_is_a_warning_once_per_type(tmp_path: Path) -> No
         "warning: s1.jsonl:4: unknown record type 'sparkle'; skipped",
     ]
     assert [t.reproduced for t in rep.turns] == [True]
+
+
+# --- IMP-23: whole files -------------------------------------------------------------------------
+
+
+def _header(path: Path) -> dict[str, Any]:
+    header: dict[str, Any] = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    return header
+
+
+@pytest.mark.spec("IMP-23", "IMP-9")
+def test_a_1_0_x_file_with_continuation_chains_imports_every_chain(tmp_path: Path) -> None:
+    """1.0.x continues a compacted conversation as a new chain (a compact summary with no
+    parent): every chain's turns are imported, each turn's conversation starting from the
+    summary of its chain, and each interleaved sidechain is linked to its Task call."""
+    name = "continuation_chains.jsonl"
+    out = tmp_path / "out"
+    rep = import_file(DERIVED / name, out, name=name)
+    assert rep.problems == []
+    main = [t for t in rep.turns if t.thread == "main"]
+    assert [(t.turn, t.chain, t.reproduced) for t in main] == [(1, 1, True), (2, 2, True), (3, 3, True)]
+    (info,) = [t for t in rep.thread_list if t.name == "main"]
+    assert [(c["root"], c["link"], c["continues"]) for c in info.chains] == [
+        (2, None, None), (434, "compact summary", 433), (440, "compact summary", 439),
+    ]  # fmt: skip
+    # turn 2 starts from the first summary, turn 3 from the second (not from turn 1's records)
+    for turn, summary in ((2, "c0c0c0c0-0000-4000-8000-000000000001"), (3, "c0c0c0c0-0000-4000-8000-000000000002")):
+        header = _header(out / f"continuation_chains.t00{turn}.jsonl")
+        assert [m["id"] for m in header["session"]["conversation"]] == [summary]
+        assert header["provenance"]["chain"] == turn
+    # the sidechains, each with the call that started it, in the trace and in both reports
+    sides = sorted(out.glob("continuation_chains.side*.t001.jsonl"))
+    assert len(sides) == 5
+    prov = _header(out / "continuation_chains.side1.t001.jsonl")["provenance"]
+    assert prov["parent_tool_use_id"] == "toolu_01LS6tcVd796SbQKmZqeVnWY"
+    assert prov["parent_session"] == "fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+    assert prov["parent_link"] == "the call's prompt is its first record's text"
+    calls = {c["tool_use_id"]: c for c in rep.children}
+    assert calls["toolu_01LS6tcVd796SbQKmZqeVnWY"]["traces"] == ["continuation_chains.side1.t001.jsonl"]
+    assert sum(1 for c in rep.children if c["traces"]) == 5
+
+
+@pytest.mark.spec("IMP-23")
+def test_a_branch_is_imported_from_where_it_forks(tmp_path: Path) -> None:
+    """A rewound prompt leaves a branch: it is imported as its own thread, its turn starting
+    from the conversation up to the fork, its trace saying where it forks."""
+    name = "branch.jsonl"
+    out = tmp_path / "out"
+    rep = import_file(DERIVED / name, out, name=name)
+    (branch,) = [t for t in rep.turns if t.thread == "main branch 1"]
+    assert branch.turn == 3 and branch.reproduced and branch.lines == (19, 20)
+    header = _header(out / "branch.b1.t003.jsonl")
+    assert header["provenance"]["forks_from"] == "main after line 17"
+    assert header["request"]["prompt"] == "actually, delete it"
+    # the conversation up to the fork: turns 1 and 2 of main, not main's turn 3
+    main3 = _header(out / "branch.t003.jsonl")
+    assert header["session"] == main3["session"]

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from steploop.effects.importer.causes import CAUSES
+from steploop.effects.importer.places import Children, source_order
 from steploop.effects.importer.session import IMPORTER, FileReport, TurnReport, _Names, import_file
 from steploop.effects.importer.source import Problem
 
@@ -196,7 +197,7 @@ def find_sources(
     for raw in paths:
         p = Path(raw).expanduser()
         if p.is_dir():
-            for f in sorted(p.rglob("*.jsonl")):
+            for f in sorted(p.rglob("*.jsonl"), key=lambda f: source_order(f, p)):
                 if excluded is not None and excluded in f.resolve().parents:
                     continue
                 if f.is_file():
@@ -234,6 +235,7 @@ def import_paths(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     names = _Names(out) if out is not None else None
+    children = Children()
     report = _Report(out) if out is not None else None
     sizes = [_size(path) for path, _ in sources]
     total = sum(sizes)
@@ -244,7 +246,7 @@ def import_paths(
             if progress is not None:
                 progress(before, total, name)
                 on_turn = _within(progress, before, size, total, name)
-            rep = import_file(path, out, name=name, names=names, on_turn=on_turn)
+            rep = import_file(path, out, name=name, names=names, on_turn=on_turn, children=children)
             before += size
             if on_file is not None:
                 on_file(rep)

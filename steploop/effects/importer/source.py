@@ -15,7 +15,6 @@ Nothing is dropped without one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from array import array
@@ -26,8 +25,12 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from steploop.effects.importer.keys import key
+from steploop.effects.importer.links import Links
+
 __all__ = [
     "CHAIN_TYPES",
+    "COMPACT_SUMMARY",
     "KNOWN_MAX_VERSION",
     "MESSAGE_TYPES",
     "METADATA_TYPES",
@@ -114,15 +117,7 @@ TYPE_NAMES = ("user", "assistant", "system", "attachment", "progress")
 _TYPE_CODES = {name: k for k, name in enumerate(TYPE_NAMES)}
 SIDECHAIN = 1  # flag: isSidechain
 RESULTS = 2  # flag: a user record holding tool results
-
-
-def key(text: str) -> int:
-    """A record's uuid (or a response id) as a 64-bit key, never 0 (0 means "none").
-
-    Keys are compared, never shown; two different strings share a key with probability about
-    n²/2⁶⁵ for n records (under 10⁻⁷ for a million)."""
-    k = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-    return k or 1
+COMPACT_SUMMARY = 4  # flag: a user record with isCompactSummary
 
 
 class Index:
@@ -176,6 +171,8 @@ class Index:
         self.offset.append(offset)
         self.type.append(_TYPE_CODES[kind])
         flags = SIDECHAIN if obj.get("isSidechain") is True else 0
+        if kind == "user" and obj.get("isCompactSummary") is True:
+            flags |= COMPACT_SUMMARY
         msg = obj.get("message")
         response = 0
         if isinstance(msg, dict):
@@ -282,6 +279,7 @@ class SourceFile:
     counts: Counter[str] = attrs.field(factory=Counter)
     lines: int = 0
     is_transcript: bool = True
+    links: Links = attrs.field(factory=Links)  # what the file says about sub-agent calls
 
     def problem(self, line: int | None, message: str, severity: Severity = "error") -> None:
         self.problems.append(Problem(self.name, line, message, severity))
@@ -411,6 +409,8 @@ def _index(src: SourceFile, f: Any) -> None:
                 src.problem(ln, f"a {kind} record without a uuid; skipped")
                 continue
             src.index.add(obj, ln, start, kind)
+            if kind != "system" and kind != "attachment":
+                src.links.note(obj, kind, ln, len(src.index) - 1)
             version = obj.get("version")
             if isinstance(version, str) and version not in seen_versions:
                 seen_versions.add(version)
