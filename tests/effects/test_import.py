@@ -496,7 +496,7 @@ def test_the_transcript_is_a_world_that_keeps_the_protocol(name: str) -> None:
     to a withdrawn or unopened request, every event accepted."""
     src = read_source(DATA / name, name)
     for th in threads(src):
-        for rep, driver, cfg, request, session, seg in _import_thread(src, th):
+        for rep, driver, cfg, request, session, seg, _steps in _import_thread(src, th):
             world = turn_driver(seg.items, cfg, request, session)
             world.prepare(seg.items[1:], may_answer_empty=not driver.last_turn)
             conf = check_world(world, request, cfg, session)

@@ -31,7 +31,8 @@ from steploop.effects.importer.places import (
 )
 from steploop.effects.importer.segment import Item, Segment, segments
 from steploop.effects.importer.source import Problem, SourceFile, read_source
-from steploop.effects.trace import make_provenance, record_sequence
+from steploop.effects.importer.tracing import Steps, write_trace
+from steploop.effects.trace import make_provenance
 from steploop.reducer import LoopConfig, Request, Session
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.messages import AssistantMessage, TextBlock, ToolResultBlock, UserMessage
@@ -282,12 +283,14 @@ def _import_turns(
     on_turn: Callable[[float], None] | None = None,
 ) -> None:
     place = place_provenance(info)
-    for turn in _import_thread(src, th):
-        rep, driver, cfg, request, session, _seg = turn
+    base = make_provenance(source=src.name, importer=IMPORTER) if out_dir is not None else {}
+    for turn in _import_thread(src, th, keep_steps=out_dir is not None):
+        rep, driver, cfg, request, session, _seg, steps = turn
         path_out: Path | None = None
         if out_dir is not None:
             path_out = out_dir / f"{stem}{th.tag}.t{rep.turn:03d}.jsonl"
-            prov = make_provenance(
+            prov = dict(
+                base,
                 source=src.name,
                 source_lines=f"{rep.lines[0]}-{rep.lines[1]}",
                 session_id=rep.session_id,
@@ -304,14 +307,15 @@ def _import_turns(
                 cause=rep.divergence.cause if rep.divergence else None,
                 inferred=_inferred_text(driver.inferred),
             )
-            record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
+            assert steps is not None
+            write_trace(path_out, cfg, request, session, prov, steps)
             rep.trace = path_out.name
             info.traces.append(path_out.name)
         info.turns.append(rep.turn)
         report.turns.append(rep)
         if on_turn is not None and src.lines:
             on_turn(min(1.0, rep.lines[1] / src.lines))
-        del turn, driver, cfg, request, session, _seg  # release the turn before the next
+        del turn, driver, cfg, request, session, _seg, steps  # release the turn before the next
 
 
 def _inferred_text(inferred: dict[str, list[int]]) -> str:
@@ -321,8 +325,12 @@ def _inferred_text(inferred: dict[str, list[int]]) -> str:
 
 
 def _import_thread(
-    src: SourceFile, th: Thread
-) -> Iterator[tuple[TurnReport, TurnDriver, LoopConfig, Request, Session | None, Segment]]:
+    src: SourceFile, th: Thread, *, keep_steps: bool = False
+) -> Iterator[
+    tuple[TurnReport, TurnDriver, LoopConfig, Request, Session | None, Segment, Steps | None]
+]:
+    """The thread's turns, each driven and compared; ``keep_steps``: with the steps the
+    machine took (for the trace writer), else None."""
     conv = Conversation.empty()
     queue: deque[str] = deque()
     model: str | None = None
@@ -364,7 +372,8 @@ def _import_thread(
         request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
         driver = turn_driver(items, cfg, request, session)
-        driver.run(items[1:], may_answer_empty=more)
+        steps = Steps() if keep_steps else None
+        driver.run(items[1:], may_answer_empty=more, observer=steps)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
         cut: str | None = None
@@ -414,8 +423,8 @@ def _import_thread(
             cut=cut,
             chain=max(1, bisect.bisect_right(roots, seg.lines[0])),
         )
-        yield rep, driver, cfg, request, session, seg
-        del driver, rep, request, session  # one turn at a time: release it before the next
+        yield rep, driver, cfg, request, session, seg, steps
+        del driver, rep, request, session, steps  # one turn at a time: release it first
         conv = _extend(conv, items)
 
 
