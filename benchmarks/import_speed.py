@@ -279,7 +279,7 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records: read again, convert, cut into turns", ("importer/segment.py:segments",)),
     ("driving the machine", ("importer/driver.py:run",)),
     ("comparing", ("importer/compare.py:first_difference",)),
-    ("writing traces", ("trace/record.py:record_sequence", "importer/tracing.py:write_trace")),
+    ("writing traces", ("importer/tracing.py:write_trace",)),
     ("the report", ("importer/__init__.py:add",)),
 )
 

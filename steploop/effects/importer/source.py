@@ -71,6 +71,10 @@ METADATA_TYPES = frozenset(
         "marble-origami-snapshot",
     }
 )
+#: How many bytes of message records the first pass keeps parsed for the turns (the rest are
+#: parsed again when their turn is read): a session of up to about this size is parsed once,
+#: and the memory this takes is bounded whatever the file's size.
+PARSED_BUDGET = 4 << 20
 #: A UTF-8 byte-order mark, which some editors write at the start of a file.
 BOM = b"\xef\xbb\xbf"
 #: The newest Claude Code version whose transcript format the importer was written against.
@@ -109,6 +113,7 @@ class Entry:
     type: str
     session_id: str | None = None
     operation: str | None = None  # queue-operation: enqueue, remove, dequeue, ...
+    row: int = -1  # its index row (-1: not indexed, a queue operation)
 
 
 #: Record type codes of the index.
@@ -280,6 +285,9 @@ class SourceFile:
     lines: int = 0
     is_transcript: bool = True
     links: Links = attrs.field(factory=Links)  # what the file says about sub-agent calls
+    #: message records the first pass parsed and kept, by index row, for the turns to take
+    #: (each once) instead of parsing them again: the first PARSED_BUDGET bytes of them
+    parsed: dict[int, dict[str, Any]] = attrs.field(factory=dict)
 
     def problem(self, line: int | None, message: str, severity: Severity = "error") -> None:
         self.problems.append(Problem(self.name, line, message, severity))
@@ -291,6 +299,7 @@ class SourceFile:
             offset=ix.offset[row],
             type=ix.type_of(row),
             session_id=ix.session_of(row),
+            row=row,
         )
 
     def record(self, row: int) -> dict[str, Any]:
@@ -300,11 +309,22 @@ class SourceFile:
             return _loads(f.readline())
 
     def load_many(self, entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
-        """The full records of ``entries`` (in the order given), one open file for all."""
-        with open(self.path, "rb") as f:
+        """The full records of ``entries`` (in the order given): those the first pass kept
+        (:attr:`parsed`, each handed out once), the others read again, one open file for all."""
+        parsed = self.parsed
+        f: Any = None
+        try:
             for e in entries:
-                f.seek(e.offset)
-                yield e, _loads(f.readline())
+                obj = parsed.pop(e.row, None) if parsed else None
+                if obj is None:
+                    if f is None:
+                        f = open(self.path, "rb")  # closed below
+                    f.seek(e.offset)
+                    obj = _loads(f.readline())
+                yield e, obj
+        finally:
+            if f is not None:
+                f.close()
 
 
 def _loads(raw: bytes) -> dict[str, Any]:
@@ -365,6 +385,7 @@ def _index(src: SourceFile, f: Any) -> None:
     known_max = parse_version(KNOWN_MAX_VERSION)
     assert known_max is not None
     unknown_types: dict[str, list[int]] = {}  # type -> [first line, count]
+    budget = PARSED_BUDGET
     seen_versions: set[str] = set()
     for ln, start, raw, cut in _lines(f):
         src.lines = ln
@@ -408,9 +429,16 @@ def _index(src: SourceFile, f: Any) -> None:
             if not isinstance(obj.get("uuid"), str):
                 src.problem(ln, f"a {kind} record without a uuid; skipped")
                 continue
+            row = len(src.index)
             src.index.add(obj, ln, start, kind)
             if kind != "system" and kind != "attachment":
-                src.links.note(obj, kind, ln, len(src.index) - 1)
+                src.links.note(obj, kind, ln, row)
+            if kind != "progress" and budget > 0:
+                # parse once: keep the record for its turn (its toolUseResult, a copy of the
+                # tool's output the importer never reads, is dropped)
+                obj.pop("toolUseResult", None)
+                src.parsed[row] = obj
+                budget -= len(raw)
             version = obj.get("version")
             if isinstance(version, str) and version not in seen_versions:
                 seen_versions.add(version)

@@ -11,6 +11,7 @@ the turn's events, which the driver keeps anyway.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,17 @@ def write_trace(
     provenance: Mapping[str, Any],
     steps: Steps,
 ) -> None:
-    """Write the trace of a driven turn: the header, then every step kept, as observed."""
+    """Write the trace of a driven turn: the header, then every step kept, as observed.
+
+    The recorder writes into memory (it flushes its target after every step: on a file, a
+    system call a step) and the text goes to the file in one write; a turn's trace is the size
+    of its steps, which are in memory already."""
+    buf = io.StringIO()
     with TraceRecorder(
-        path, config=config, session=session, request=request, provenance=provenance
+        buf, config=config, session=session, request=request, provenance=provenance
     ) as rec:
         observe = rec.observe
         for event, state, effects, transitions in steps.steps:
             observe(event, state, effects, transitions)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(buf.getvalue())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -27,7 +28,9 @@ def redaction_marker(length: int) -> str:
     return REDACTED[:-1] + "*" * (length - len(REDACTED)) + "]"
 
 
+@functools.cache
 def _steploop_version() -> str:
+    """The installed package's version (read once: a metadata lookup costs milliseconds)."""
     try:
         from importlib.metadata import version
 
