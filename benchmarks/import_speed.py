@@ -348,7 +348,9 @@ def _run_child(args: list[str], tree: Path | None) -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join([*path, *[p for p in [env.get("PYTHONPATH")] if p]])
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.import_speed", *args],
-        cwd=ROOT,
+        # not the repository: ``-m`` puts the working folder first on the path, where it
+        # would shadow the baseline's package
+        cwd=tempfile.gettempdir(),
         env=env,
         capture_output=True,
         text=True,

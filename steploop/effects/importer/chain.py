@@ -171,7 +171,10 @@ class _Walker:
         self.context = array("Q", bytes(8 * n)) if n else array("Q")
         self.stamp = 0
         self.noted: set[int] = set()  # rows whose bridged link was reported
-        self.children: dict[int, list[int]] = {}
+        # each row's children by parentUuid, within its group, as linked lists: a row's
+        # first child and each child's next sibling (-1: none); 8 bytes a row
+        self.first_child = array("i", [-1]) * n
+        self.next_sibling = array("i", [-1]) * n
 
     # -- links ----------------------------------------------------------------------------------
 
@@ -220,22 +223,21 @@ class _Walker:
             return prev, (CONTINUATION if prev is not None else None)
         return None, None
 
-    def _children(self, g: int, members: array[int]) -> dict[int, list[int]]:
-        """Each row's children by parentUuid, within the group."""
-        ix = self.ix
-        out: dict[int, list[int]] = defaultdict(list)
+    def _children(self, g: int, members: array[int]) -> None:
+        """Link each row of the group to its parent's children (``first_child``)."""
+        ix, first, nxt, group_of = self.ix, self.first_child, self.next_sibling, self.group_of
         for r in members:
             if ix.parent[r]:
                 p = ix.find(ix.parent[r])
-                if p is not None and self.group_of[p] == g:
-                    out[p].append(r)
-        return out
+                if p is not None and group_of[p] == g:
+                    nxt[r] = first[p]
+                    first[p] = r
 
     # -- threads --------------------------------------------------------------------------------
 
     def group(self, g: int, members: array[int]) -> list[Thread]:
         ix = self.ix
-        self.children = self._children(g, members)
+        self._children(g, members)
         found: list[Thread] = []
         i = len(members) - 1
         while True:
@@ -270,11 +272,14 @@ class _Walker:
             parent_ctx = context[p] if p is not None and mark[p] == stamp else 0
             context[r] = ix.response[r] if ix.type[r] == ASSISTANT else parent_ctx
         stack = list(reversed(path))
+        first, nxt = self.first_child, self.next_sibling
         while stack:
             r = stack.pop()
             ctx = context[r]
-            for c in self.children.get(r, ()):
+            c = first[r]
+            while c >= 0:
                 if mark[c] == stamp:
+                    c = nxt[c]
                     continue
                 t = ix.type[c]
                 if (
@@ -286,6 +291,7 @@ class _Walker:
                     context[c] = ix.response[c] if t == ASSISTANT else ctx
                     kept.append(c)
                     stack.append(c)
+                c = nxt[c]
         kept.sort()
         rows = array("i", kept)
         me = len(earlier)

@@ -9,7 +9,6 @@ per user turn (specs/import.md §3 says why), named ``<file stem>[.side<k>].t<NN
 from __future__ import annotations
 
 import bisect
-import gc
 import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -225,31 +224,7 @@ def import_file(
     """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing).
     ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far.
     ``children``: the sidechains of other files imported before this one, by session (the
-    report of a session's own file lists them beside the calls that started them).
-
-    The cycle collector is paused while the file is imported (and restored after): what the
-    import makes (parsed records, states, messages) holds no reference cycle and is freed by
-    reference counting, while the collector's passes over it cost about a sixth of the time."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        return _import_file(
-            path, out_dir, name=name, names=names, on_turn=on_turn, children=children
-        )
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _import_file(
-    path: str | Path,
-    out_dir: Path | None,
-    *,
-    name: str | None,
-    names: _Names | None,
-    on_turn: Callable[[float], None] | None,
-    children: Children | None,
-) -> FileReport:
+    report of a session's own file lists them beside the calls that started them)."""
     src = read_source(path, name)
     report = FileReport(
         file=src.name,

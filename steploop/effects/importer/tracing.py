@@ -11,10 +11,9 @@ the turn's events, which the driver keeps anyway.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from steploop.effects.trace import TraceRecorder
 from steploop.reducer import LoopConfig, LoopState, Request, Session
@@ -54,14 +53,32 @@ def write_trace(
     """Write the trace of a driven turn: the header, then every step kept, as observed.
 
     The recorder writes into memory (it flushes its target after every step: on a file, a
-    system call a step) and the text goes to the file in one write; a turn's trace is the size
-    of its steps, which are in memory already."""
-    buf = io.StringIO()
+    system call a step) and the text goes to the file at once; a turn's trace is the size of
+    its steps, which are in memory already."""
+    sink = _Sink()
     with TraceRecorder(
-        buf, config=config, session=session, request=request, provenance=provenance
+        cast(IO[str], sink), config=config, session=session, request=request, provenance=provenance
     ) as rec:
         observe = rec.observe
         for event, state, effects, transitions in steps.steps:
             observe(event, state, effects, transitions)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(buf.getvalue())
+        f.writelines(sink.parts)
+
+
+class _Sink:
+    """What a recorder writes, kept as the strings it wrote (an ``io.StringIO`` keeps four
+    bytes a character)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
