@@ -279,7 +279,9 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records: read again, convert, cut into turns", ("importer/segment.py:segments",)),
     ("driving the machine", ("importer/driver.py:run",)),
     ("comparing", ("importer/compare.py:first_difference",)),
-    ("writing traces", ("importer/tracing.py:write_trace",)),
+    # before the traces were written from the driver's steps, record_sequence stepped the
+    # machine again: both names, so a --baseline run is cut the same way
+    ("writing traces", ("importer/tracing.py:write_trace", "trace/record.py:record_sequence")),
     ("the report", ("importer/__init__.py:add",)),
 )
 

@@ -643,3 +643,45 @@ def test_a_branch_is_imported_from_where_it_forks(tmp_path: Path) -> None:
     # the conversation up to the fork: turns 1 and 2 of main, not main's turn 3
     main3 = _header(out / "branch.t003.jsonl")
     assert header["session"] == main3["session"]
+
+
+@pytest.mark.spec("IMP-23")
+def test_a_2_0_x_agent_file_beside_its_session_names_its_call(tmp_path: Path) -> None:
+    """2.0.x writes agent-<id>.jsonl beside <session>.jsonl; the session's Task result names
+    the agent (toolUseResult.agentId): the agent's trace names the call, the session's report
+    lists the agent's file and traces beside the call; the agent file is read first."""
+    call = {"type": "tool_use", "id": "toolu_T1", "name": "Task", "input": {"prompt": "look around"}}
+    result = _user(
+        "r1", "a1", [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "found it"}],
+        toolUseResult={"status": "completed", "agentId": "ab12cd3", "totalDurationMs": 5},
+    )  # fmt: skip
+    session = [
+        _user("u1", None, "explore"),
+        _assistant("a1", "u1", "m1", call),
+        result,
+        _assistant("a2", "r1", "m2", {"type": "text", "text": "It found it."}),
+    ]
+    agent = [
+        _user("x1", None, "look around", isSidechain=True, agentId="ab12cd3"),
+        {**_assistant("x2", "x1", "mx", {"type": "text", "text": "found it"}), "isSidechain": True, "agentId": "ab12cd3"},
+    ]  # fmt: skip
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "s1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in session), "utf-8")
+    (proj / "agent-ab12cd3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in agent), "utf-8")
+    from steploop.effects.importer import import_paths
+
+    reports: list[Any] = []
+    import_paths([proj], tmp_path / "out", on_file=reports.append)
+    assert [r.file for r in reports] == ["agent-ab12cd3.jsonl", "s1.jsonl"]
+    (side,) = reports[0].thread_list
+    assert side.parent == {
+        "session_id": "s1", "tool_use_id": "toolu_T1", "line": 3, "file": "s1.jsonl",
+        "how": "the call's toolUseResult.agentId",
+    }  # fmt: skip
+    (child,) = reports[1].children
+    assert child == {
+        "tool_use_id": "toolu_T1", "line": 2, "tool": "Task", "agent_id": "ab12cd3",
+        "file": "agent-ab12cd3.jsonl", "thread": "sidechain ab12cd3",
+        "traces": ["agent-ab12cd3.side1.t001.jsonl"],
+    }  # fmt: skip
