@@ -342,6 +342,89 @@ def _child_profile(path: str) -> dict[str, Any]:
     }
 
 
+def _child_phases(path: str) -> dict[str, Any]:
+    """CPU seconds of one import of ``path`` by phase, timed without a profiler (which weighs
+    Python code over C): each phase's functions wrapped in a timer, the machine's ``advance``
+    as the driver loop calls it, a plain JSON read of the same files beside it. The phases
+    nest as listed: the machine's steps are inside "driving", the recorder's step records and
+    header inside "writing traces"."""
+    import importlib
+
+    from steploop.effects.importer import import_paths
+
+    spent: dict[str, float] = {}
+    undo: list[tuple[Any, str, Any]] = []
+
+    def timed(owner: Any, name: str, label: str) -> None:
+        fn = getattr(owner, name, None)
+        if fn is None:
+            return
+        undo.append((owner, name, fn))
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - t0
+
+        setattr(owner, name, wrapper)
+
+    session = importlib.import_module("steploop.effects.importer.session")
+    driver = importlib.import_module("steploop.effects.importer.driver")
+    drive = importlib.import_module("steploop.reducer.drive")
+    record = importlib.import_module("steploop.effects.trace.record")
+    timed(session, "read_source", "read and index (first pass)")
+    timed(session, "threads", "chains and threads")
+    timed(session, "first_difference", "comparing")
+    timed(session, "_extend", "the conversations turns start from")
+    timed(session, "write_trace", "writing traces")
+    timed(session, "record_sequence", "writing traces")
+    timed(driver.TurnDriver, "run", "driving the machine")
+    timed(drive, "advance", "inside the machine's advance() (of driving)")
+    timed(record.TraceRecorder, "_lines", "the recorder's step records (of writing)")
+    timed(record.TraceRecorder, "header", "the recorder's header (of writing)")
+    segments = session.segments
+
+    def timed_segments(*a: Any, **k: Any) -> Any:
+        it = segments(*a, **k)
+        label = "records: read again, convert, cut into turns"
+        while True:
+            t0 = time.process_time()
+            try:
+                seg = next(it)
+            except StopIteration:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - t0
+                return
+            spent[label] = spent.get(label, 0.0) + time.process_time() - t0
+            yield seg
+
+    undo.append((session, "segments", segments))
+    setattr(session, "segments", timed_segments)  # noqa: B010 (mypy types the module loosely)
+    try:
+        with tempfile.TemporaryDirectory(prefix="steploop-import-") as out:
+            import_paths([DATA / "spotter" / "tool_heavy.jsonl"], out)  # warm-up
+        files = _files(path)
+        plain_read(files)
+        spent.clear()
+        t0 = time.process_time()
+        plain_read(files)
+        json_s = time.process_time() - t0
+        with tempfile.TemporaryDirectory(prefix="steploop-import-") as out:
+            t0 = time.process_time()
+            import_paths([path], out)
+            total = time.process_time() - t0
+    finally:
+        for owner, name, fn in reversed(undo):
+            setattr(owner, name, fn)
+    return {
+        "json_cpu_s": round(json_s, 3),
+        "import_cpu_s": round(total, 3),
+        "phases_cpu_s": {k: round(v, 3) for k, v in spent.items()},
+        "phases_x_json": {k: round(v / json_s, 2) for k, v in spent.items()},
+    }
+
+
 def _run_child(args: list[str], tree: Path | None) -> dict[str, Any]:
     """Run a child in a fresh interpreter; ``tree``: a folder holding another ``steploop``
     package, put first on the path (the baseline)."""
@@ -438,9 +521,12 @@ def measure(
         result["folder_memory"] = memory
         if profile:
             result["profile"] = {}
+            result["phases"] = {}
             for label, tree in trees.items():
                 progress(f"import: cProfile of the shipped folder, {label}")
                 result["profile"][label] = _run_child(["--child-profile", str(one)], tree)
+                progress(f"import: CPU time by phase, shipped folder, {label}")
+                result["phases"][label] = _run_child(["--child-phases", str(one)], tree)
         runs: list[dict[str, Any]] = []
         for k in copies:
             src = Path(tmp) / f"session-x{k}.jsonl"
@@ -509,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child-ratio", metavar="PATH", help=argparse.SUPPRESS)
     ap.add_argument("--child-rss", metavar="PATH", help=argparse.SUPPRESS)
     ap.add_argument("--child-profile", metavar="PATH", help=argparse.SUPPRESS)
+    ap.add_argument("--child-phases", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(_child_thread(args.child[0], args.child[1], args.replay)))
@@ -521,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.child_profile:
         print(json.dumps(_child_profile(args.child_profile)))
+        return 0
+    if args.child_phases:
+        print(json.dumps(_child_phases(args.child_phases)))
         return 0
     copies = tuple(int(x) for x in args.copies.split(",") if x) or (
         (1, 2) if args.quick else (1, 4, 16)

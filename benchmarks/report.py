@@ -282,6 +282,13 @@ def _import(item: dict[str, Any]) -> list[str]:
                 f"| x{m['copies']} | {m['tree']} | {m['peak_rss_mb']} ({m['baseline_rss_mb']})"
                 f" | {m['import_s']} |"
             )
+        for label, ph in item.get("phases", {}).items():
+            parts = ", ".join(f"{k} {v}" for k, v in ph["phases_x_json"].items())
+            out += [
+                "",
+                f"CPU time by phase, shipped folder ({label}), in plain JSON reads: the import"
+                f" {round(ph['import_cpu_s'] / ph['json_cpu_s'], 1)}; {parts}.",
+            ]
         for label, prof in item.get("profile", {}).items():
             phases = ", ".join(f"{k} {v}%" for k, v in prof["phases_pct"].items())
             out += [

@@ -39,3 +39,26 @@ def test_every_profiled_phase_names_code_that_runs() -> None:
     prof = _child_profile(str(SMALL))
     assert all(pct > 0 for pct in prof["phases_pct"].values()), prof["phases_pct"]
     assert 0 < prof["machine_step_pct"] < 100
+
+
+def test_the_timed_phases_name_code_that_runs() -> None:
+    """Item 7's CPU split: every phase's timer wraps a function the import calls."""
+    from benchmarks.import_speed import _child_phases
+
+    res = _child_phases(str(SMALL))
+    assert set(res["phases_cpu_s"]) == {
+        "read and index (first pass)",
+        "chains and threads",
+        "records: read again, convert, cut into turns",
+        "driving the machine",
+        "inside the machine's advance() (of driving)",
+        "comparing",
+        "the conversations turns start from",
+        "writing traces",
+        "the recorder's step records (of writing)",
+        "the recorder's header (of writing)",
+    }
+    assert res["import_cpu_s"] >= res["phases_cpu_s"]["writing traces"] > 0
+    from steploop.effects.importer import session
+
+    assert session.read_source.__module__ == "steploop.effects.importer.source"  # put back
