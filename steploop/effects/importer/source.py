@@ -1,11 +1,13 @@
 """Reading a Claude Code session file: one pass that indexes every line (specs/import.md §2).
 
 A session file is JSONL as Claude Code writes it under ``~/.claude/projects/<project>/``. This
-module reads it once, line by line, and keeps a small :class:`Entry` per record (line number,
-byte offset, type, uuid, parent links, sidechain and agent ids, the response id); the records'
-content stays on disk and is read again, record by record, when a turn is reconstructed
-(:meth:`SourceFile.load_many`). Memory therefore grows with the number of records, by about 70
-bytes each (the columns and the uuid lookup table), never with their content.
+module reads it once, line by line, and keeps a small row per record (line number, byte offset,
+type, uuid, parent links, sidechain and agent ids, the response id); the first
+:data:`PARSED_BUDGET` bytes of message records are kept parsed for their turns (each parsed
+once), the others stay on disk and are read again, record by record, when their turn is
+reconstructed (:meth:`SourceFile.load_many`). Memory therefore grows with the number of records,
+by about 70 bytes each (the columns and the uuid lookup table), and with their content only up to
+that bound.
 
 Everything that cannot be read becomes a :class:`Problem` (``FILE:LINE: what``): a line that is
 not JSON, a truncated last line, a record that is not an object, a record type the importer does
