@@ -284,7 +284,7 @@ def main() -> None:
     end1 = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("fa393e1e"))
     turn2 = rs[end1 + 1 :]
 
-    def summary(n: int, after: dict[str, Any]) -> dict[str, Any]:
+    def compact_summary(n: int, after: dict[str, Any]) -> dict[str, Any]:
         return {
             "parentUuid": None,
             "isSidechain": False,
@@ -306,9 +306,9 @@ def main() -> None:
             "timestamp": after["timestamp"],
         }
 
-    first = summary(1, rs[end1])
+    first = compact_summary(1, rs[end1])
     turn2[0] = {**turn2[0], "parentUuid": first["uuid"]}
-    second = summary(2, turn2[-1])
+    second = compact_summary(2, turn2[-1])
     turn3 = copy.deepcopy(rs[end1 + 1 :])
     for k, r in enumerate(turn3):
         r["uuid"] = f"d0d0d0d0-0000-4000-8000-{k:012d}"
