@@ -257,7 +257,7 @@ def _import(item: dict[str, Any]) -> list[str]:
     if "ratios" in item:
         out += [
             "The import beside a plain `json.loads` of every line of the same files, in one"
-            " interpreter, per repetition (ratio: median, q1–q3).",
+            " interpreter, per repetition (the folder: per copy); ratio: median (q1–q3).",
             "",
             "| workload | steploop | MB | import s | JSON s | ratio | turns reproduced |",
             "|---|---|---|---|---|---|---|",

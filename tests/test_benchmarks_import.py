@@ -26,7 +26,7 @@ def test_the_ratio_child_times_both_sides_on_the_same_files() -> None:
 
     assert plain_read([SMALL]) == 39
     res = _child_ratio(str(SMALL), 2)
-    assert len(res["json_s"]) == len(res["import_s"]) == 2
+    assert len(res["json_s"]) == len(res["import_s"]) == len(res["ratios"]) == 2
     assert res["lines"] == 39 and res["files"] == 1 and res["turns"] == 2
     assert res["bytes"] == SMALL.stat().st_size
 
