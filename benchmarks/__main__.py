@@ -84,7 +84,9 @@ def item_explorer(quick: bool) -> dict[str, Any]:
 
 
 def item_import_speed(quick: bool) -> dict[str, Any]:
-    return import_speed.measure((1, 2) if quick else (1, 4, 16))
+    return import_speed.measure(
+        (1, 2) if quick else (1, 4, 16), folder_copies=2 if quick else 16, reps=1 if quick else 3
+    )
 
 
 def item_counterfactual(quick: bool) -> dict[str, Any]:

@@ -254,6 +254,49 @@ def _explorer(item: dict[str, Any]) -> list[str]:
 
 def _import(item: dict[str, Any]) -> list[str]:
     out = ["## 7. Importing Claude Code transcripts", ""]
+    if "ratios" in item:
+        out += [
+            "The import beside a plain `json.loads` of every line of the same files, in one"
+            " interpreter, per repetition (the folder: per copy); ratio: median (q1–q3).",
+            "",
+            "| workload | steploop | MB | import s | JSON s | ratio | turns reproduced |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in item["ratios"]:
+            for label, v in r.items():
+                if label == "workload":
+                    continue
+                q = v["ratio"]
+                out.append(
+                    f"| {r['workload']} | {label} | {v['bytes'] / 1e6:.1f} | {v['import_s']['median']}"
+                    f" | {v['json_s']['median']} | {q['median']} ({q['q1']}–{q['q3']})"
+                    f" | {v['reproduced']}/{v['turns']} |"
+                )
+        out += [
+            "",
+            "| shipped folder | steploop | peak RSS MB (baseline) | import s |",
+            "|---|---|---|---|",
+        ]
+        for m in item.get("folder_memory", []):
+            out.append(
+                f"| x{m['copies']} | {m['tree']} | {m['peak_rss_mb']} ({m['baseline_rss_mb']})"
+                f" | {m['import_s']} |"
+            )
+        for label, ph in item.get("phases", {}).items():
+            parts = ", ".join(f"{k} {v}" for k, v in ph["phases_x_json"].items())
+            out += [
+                "",
+                f"CPU time by phase, shipped folder ({label}), in plain JSON reads: the import"
+                f" {round(ph['import_cpu_s'] / ph['json_cpu_s'], 1)}; {parts}.",
+            ]
+        for label, prof in item.get("profile", {}).items():
+            phases = ", ".join(f"{k} {v}%" for k, v in prof["phases_pct"].items())
+            out += [
+                "",
+                f"cProfile of the shipped folder ({label}, {prof['total_s']} s profiled): {phases};"
+                f" inside the machine's begin()/advance(): {prof['machine_step_pct']}%.",
+            ]
+        out.append("")
     out += [
         f"`{item['source']}` copied k times into one session (a manual compaction between"
         " copies), imported in a fresh interpreter; the traces of k = 1 replayed exactly.",

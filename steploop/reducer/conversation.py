@@ -50,7 +50,8 @@ _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).enco
 def _utf16_len(s: str) -> int:
     if s.isascii():
         return len(s)
-    return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
+    # two bytes a UTF-16 unit (a lone surrogate is one unit, as in the reference's string length)
+    return len(s.encode("utf-16-le", "surrogatepass")) >> 1
 
 
 def estimate_text(s: str) -> int:

@@ -31,7 +31,7 @@ from steploop.effects.importer.convert import INTERRUPT_TEXTS
 from steploop.effects.importer.infer import stop_reason_for, traits_for
 from steploop.effects.importer.segment import Item
 from steploop.reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
-from steploop.reducer.drive import drive
+from steploop.reducer.drive import Observer, drive
 from steploop.reducer.effects import (
     AskPermission,
     CancelModelCall,
@@ -121,6 +121,8 @@ class TurnDriver:
         terminal: the Terminal the turn ended with, or None.
         stuck: why the driver stopped before the end (None when the turn ended), and
             ``stuck_line`` the transcript line it stopped at.
+        cut: the driver stopped because the thread's transcript ends inside this turn, with
+            the machine waiting for what the transcript never wrote (IMP-22).
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class TurnDriver:
         self.terminal: Terminal | None = None
         self.stuck: str | None = None
         self.stuck_line: int | None = None
+        self.cut = False  # the thread's transcript ends inside this turn (IMP-22)
         self._unknown = unknown_tools
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
@@ -254,13 +257,16 @@ class TurnDriver:
 
     # -- one method per kind of record ---------------------------------------------------------
 
-    def run(self, items: list[Item], *, may_answer_empty: bool) -> None:
+    def run(
+        self, items: list[Item], *, may_answer_empty: bool, observer: Observer | None = None
+    ) -> None:
         """Drive the turn through its records (all but the prompt). ``may_answer_empty``: the
         transcript goes on after this turn, so a model call it shows no answer for had an
-        empty one."""
+        empty one. ``observer``: also told every step (the trace writer keeps them)."""
         self.prepare(items, may_answer_empty=may_answer_empty)
+        watch: Observer = self._observe if observer is None else _both(self._observe, observer)
         try:
-            drive(self, self._request, self.config, self._session, observer=self._observe)
+            drive(self, self._request, self.config, self._session, observer=watch)
         except IllegalEvent as e:
             self._stop(f"step() rejects {type(e.event).__name__}: {e}")
         finally:
@@ -608,8 +614,17 @@ class TurnDriver:
             elif self._call_waiting() and may_answer_empty:
                 yield from self._answer_empty()
             else:
+                self.cut = self.last_turn and self.stuck is None
                 self._stop(f"the transcript's turn ends here while the machine is {self._waits()}")
                 return
+
+
+def _both(first: Observer, second: Observer) -> Observer:
+    def both(event: Event | None, state: LoopState, fx: Any, passed: Any) -> None:
+        first(event, state, fx, passed)
+        second(event, state, fx, passed)
+
+    return both
 
 
 def is_interrupt_text(text: str | None) -> bool:

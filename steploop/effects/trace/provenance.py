@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from collections.abc import Mapping
@@ -24,7 +25,9 @@ __all__ = ["REDACTED", "client_secrets", "known_secrets", "make_provenance", "re
 _secrets = known_secrets
 
 
+@functools.cache
 def _steploop_version() -> str:
+    """The installed package's version (read once: a metadata lookup costs milliseconds)."""
     try:
         from importlib.metadata import version
 
