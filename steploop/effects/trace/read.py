@@ -499,7 +499,9 @@ class TraceReader:
                 if self.tolerate_truncated_tail:
                     return None
                 raise self.error(ln, truncated) from None
-            raise self.error(ln, f"not valid JSON: {e.msg} at column {e.colno}") from None
+            raise self.error(
+                ln, f"not valid JSON: {e.msg.removesuffix(' at')} at column {e.colno}"
+            ) from None
         except RecursionError:
             raise self.error(
                 ln, f"nested deeper than {MAX_LINE_DEPTH} levels of arrays and objects"
