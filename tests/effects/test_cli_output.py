@@ -265,7 +265,7 @@ def test_a_permission_question_reaches_the_user_when_stdout_is_a_pipe(
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
     ask = AskPermission(generation=1, tool_use_id="t1", name="Bash", input={"command": f"echo {KEY}\x1b[2J"})
-    req = PermissionRequest(None, ask)  # type: ignore[arg-type]  # the asker reads name and input only
+    req = PermissionRequest(ask, lambda *_: None)  # the asker reads name and input only
     assert PermissionAsker(interactive=True)(req) is True
     captured = capsys.readouterr()
     assert captured.out == ""
