@@ -21,13 +21,15 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
-import attrs
-
 from steploop.effects import answer
 from steploop.effects.boundary import ToolUseIds
+from steploop.effects.trace.counterfactual_report import CounterfactualReport, Divergence
 from steploop.effects.trace.fingerprints import Fingerprints, describe_request
 from steploop.effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
+from steploop.effects.trace.layers import compare_requests
+from steploop.effects.trace.provenance import make_provenance
 from steploop.effects.trace.read import TraceReader
+from steploop.effects.trace.record import TraceRecorder
 from steploop.effects.trace.replay import (
     Mismatch,
     ReplayProgress,
@@ -233,6 +235,10 @@ class _Index:
         e = self.effects.get(r.key) or self.used_effects.get(r.key)
         return describe_request(e) if e is not None else f"{r.kind} (recorded at step {r.step})"
 
+    def effect(self, r: _Recorded) -> Effect | None:
+        """The recorded request itself, with its real conversation (None once let go)."""
+        return self.effects.get(r.key) or self.used_effects.get(r.key)
+
     @staticmethod
     def _check(
         walk: Walk, rec: StepRecord, pending: list[tuple[StepRecord, LoopState]]
@@ -284,95 +290,6 @@ def _size(path: str | os.PathLike[str]) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-@attrs.frozen(kw_only=True)
-class Divergence:
-    """The first effect of the new run that the recording could not answer."""
-
-    step: int  # the new run's step that asked for it
-    kind: str  # the effect's tag: call_model, compact, start_tool, ...
-    ordinal: int  # 1-based, among the new run's effects of this kind
-    effect: str  # what the new run asked for
-    recorded: str | None  # what the recording had at that ordinal (None: nothing)
-    reason: str
-
-    def describe(self) -> str:
-        had = self.recorded if self.recorded is not None else "none"
-        return (
-            f"diverged at step {self.step}: the new run asks for {self.kind} #{self.ordinal}: "
-            f"{self.effect}; recorded at that ordinal: {had} ({self.reason})"
-        )
-
-
-@attrs.frozen(kw_only=True)
-class CounterfactualReport:
-    path: str
-    status: Literal["finished", "diverged", "stalled"]
-    terminal: Terminal | None
-    steps: int
-    transitions: tuple[str, ...]
-    matched: dict[str, int] = attrs.field(eq=False)
-    out_of_order: int
-    by_policy: dict[str, int] = attrs.field(eq=False)
-    divergence: Divergence | None
-    stalled_phase: str | None
-    recorded_terminal: Terminal | None
-    recorded_steps: int
-    recorded_transitions: tuple[str, ...]
-    recording_mismatch: Mismatch | None
-    state: LoopState = attrs.field(eq=False, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "finished"
-
-    def describe(self) -> str:
-        lines = []
-        if self.status == "finished":
-            assert self.terminal is not None
-            lines.append(f"new run: {self.steps} steps, terminal {self.terminal.TAG}")
-        elif self.status == "diverged":
-            assert self.divergence is not None
-            lines.append(self.divergence.describe())
-        else:
-            lines.append(
-                f"stalled after step {self.steps - 1}: the new run waits in phase "
-                f"{self.stalled_phase!r} and the recording holds no answer for it"
-            )
-        lines.append(f"transitions: {_runs(self.transitions)}")
-        matched = ", ".join(f"{k} {v}" for k, v in sorted(self.matched.items())) or "nothing"
-        lines.append(f"answered from the recording: {matched}")
-        if self.out_of_order:
-            lines.append(f"  ({self.out_of_order} matched at another ordinal by fingerprint)")
-        if self.by_policy:
-            lines.append(
-                "answered by the policy: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(self.by_policy.items()))
-            )
-        rec_end = self.recorded_terminal.TAG if self.recorded_terminal else "no end record"
-        lines.append(
-            f"recording: {self.recorded_steps} steps, {rec_end}; "
-            f"transitions: {_runs(self.recorded_transitions)}"
-        )
-        if self.recording_mismatch is not None:
-            lines.append(
-                f"note: the recording does not replay exactly from step "
-                f"{self.recording_mismatch.step}; answers were matched to what this steploop asks"
-            )
-        return "\n".join(lines)
-
-
-def _runs(tags: Sequence[str]) -> str:
-    """next_turn ×3, completed"""
-    out: list[str] = []
-    for tag in tags:
-        if out and out[-1].split(" ×")[0] == tag:
-            n = int(out[-1].split(" ×")[1]) if " ×" in out[-1] else 1
-            out[-1] = f"{tag} ×{n + 1}"
-        else:
-            out.append(tag)
-    return ", ".join(out) or "none"
 
 
 def _policy_model(policy: str, script: Any, model: Any, index: _Index) -> Any:
@@ -480,6 +397,10 @@ class _RecordedWorld:
         self.index.finish()  # the report's totals, and what the recording had there
         recorded = self.index.ordinal(kind, ordinal)
         had = self.index.brief(recorded) if recorded is not None else None
+        before = self.index.effect(recorded) if recorded is not None else None
+        change = None
+        if isinstance(e, CallModel) and isinstance(before, CallModel):
+            change = compare_requests(before, e, self.fingerprints)
         return _Diverged(
             Divergence(
                 step=self.steps - 1,
@@ -488,6 +409,9 @@ class _RecordedWorld:
                 effect=describe_request(e),
                 recorded=had,
                 reason=reason,
+                recorded_step=recorded.step if recorded is not None else None,
+                change=change.describe() if change is not None else None,
+                layers=change.layers if change is not None else (),
             )
         )
 
@@ -662,6 +586,7 @@ async def replay_counterfactual_async(
     max_steps: int = 1_000_000,
     progress: Callable[[ReplayProgress], None] | None = None,
     progress_every: int = 256,
+    record: str | os.PathLike[str] | None = None,
 ) -> CounterfactualReport:
     """The async form of :func:`replay_counterfactual` (a live or scripted model is awaited)."""
     fingerprints = Fingerprints()
@@ -675,12 +600,33 @@ async def replay_counterfactual_async(
     world = _RecordedWorld(
         index, fingerprints, policy, policy_model, max_steps, progress, progress_every
     )
+    observer = world.observe
+    recorder: TraceRecorder | None = None
+    if record is not None:  # the new run, as a trace of its own (cut off where it diverges)
+        prov = make_provenance(model=policy_model, counterfactual_of=index.reader.name)
+        recorder = TraceRecorder(
+            record, config=cfg, session=header.session, request=header.request, provenance=prov
+        )
+        rec = recorder
+
+        def observer(
+            event: Event | None,
+            state: LoopState,
+            effects: tuple[Effect, ...],
+            transitions: tuple[Transition, ...],
+        ) -> None:
+            world.observe(event, state, effects, transitions)
+            rec.observe(event, state, effects, transitions)
+
     try:
-        out = await drive_async(world, header.request, cfg, header.session, observer=world.observe)
+        out = await drive_async(world, header.request, cfg, header.session, observer=observer)
     except _Diverged as d:
         return world.report("diverged", d.divergence)
     except IllegalEvent as err:
         return world.rejected(err)
+    finally:
+        if recorder is not None:
+            recorder.close()
     if out.status == "finished":
         return world.report("finished", terminal=out.terminal)
     return world.report("stalled")
@@ -697,6 +643,7 @@ def replay_counterfactual(
     max_steps: int = 1_000_000,
     progress: Callable[[ReplayProgress], None] | None = None,
     progress_every: int = 256,
+    record: str | os.PathLike[str] | None = None,
 ) -> CounterfactualReport:
     """Re-run the recorded turn under another config, answering from the recording.
 
@@ -719,6 +666,8 @@ def replay_counterfactual(
         progress: called every ``progress_every`` steps with a :class:`ReplayProgress`: while
             the recording is read (bytes of the file) and while the new run runs (its steps
             against the recording's).
+        record: write the new run as a trace here (its provenance names the recording; it
+            ends where the new run diverged), for ``steploop replay --html`` to compare.
 
     Returns:
         A :class:`CounterfactualReport` (finished, diverged or stalled).
@@ -740,6 +689,7 @@ def replay_counterfactual(
             max_steps=max_steps,
             progress=progress,
             progress_every=progress_every,
+            record=record,
         )
 
     return anyio.run(main)
