@@ -90,11 +90,14 @@
   var pending = null;
   search.addEventListener("input", function () { clearTimeout(pending); pending = setTimeout(runSearch, 120); });
   search.addEventListener("keydown", function (e) {
-    if (e.key === "Enter") { e.preventDefault(); runSearch(); nextHit(e.shiftKey ? -1 : 1); }
+    if (e.key === "Enter") { e.preventDefault(); clearTimeout(pending); runSearch(); nextHit(e.shiftKey ? -1 : 1); }
     if (e.key === "Escape") { search.blur(); }
   });
+  var searched = "";
   function runSearch() {
     var q = search.value.trim().toLowerCase();
+    if (q === searched) { return; }
+    searched = q;
     V.setQuery(q);
     hits = {a: q ? A.search(q) : [], b: q && B ? B.search(q) : []};
     var all = {};

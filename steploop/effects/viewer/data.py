@@ -441,6 +441,8 @@ class _Builder:
                 row["hooks"] += 1
             if tag in _CONTINUE_TAGS:
                 self.rounds.append(_round(row["n"] + 1, pos + 1))
+                if at:  # the next round starts with the event that ended this one
+                    self.rounds[-1]["t0"] = self.rounds[-1]["t1"] = at
         target = self.rounds[-1]
         first_request = True
         shown = self.steps[pos]["fx"]

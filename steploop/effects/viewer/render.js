@@ -193,7 +193,7 @@
     if (s.resume !== undefined) { add(el, "— resumed here (after step " + s.resume + "; a killed run was continued) —"); return el; }
     el.id = "step-" + s.i;
     var hd = h("div", "hd"); hd.appendChild(h("b", null, "step " + s.i)); add(hd, " · phase " + s.ph);
-    if (s.ev && s.ev.at_ms) { add(hd, " · at " + num(s.ev.at_ms) + " ms"); }
+    if (s.ev && s.ev.at_ms) { add(hd, " · at " + V.when(tr, s.ev.at_ms)); }
     if (s.re) { add(hd, " · answers step "); hd.appendChild(jump(String(tr.steps[s.re[0]].i), function () { go(s.re[0]); })); }
     if (s.tr) { add(hd, " · "); hd.appendChild(badge(s.tr.type, kindOf(tr, s.tr.type))); add(hd, " decided by " + s.tr.rules.join(", ")); }
     el.appendChild(hd);
@@ -213,7 +213,7 @@
     var steps = r.s1 >= r.s0 ? (tr.steps[r.s0].i !== undefined ? tr.steps[r.s0].i : "") + "–" + (tr.steps[r.s1].i !== undefined ? tr.steps[r.s1].i : "") : "none";
     el.appendChild(kv([
       ["steps", steps],
-      r.t0 !== null ? ["time", num(r.t1 - r.t0) + " ms (events at " + num(r.t0) + "–" + num(r.t1) + " ms)"] : ["time", "not recorded"],
+      r.t0 !== null ? ["time", V.secs(r.t1 - r.t0) + " (its events from " + V.when(tr, r.t0) + " to " + V.when(tr, r.t1) + ")"] : ["time", "not recorded"],
       ["model calls", String(r.calls)],
       ["tools", tools || "none"],
       ["retries", r.retry ? r.retry + " failed call(s)" : "none"],

@@ -52,6 +52,11 @@
     if (n >= 1e3) { return (n / 1e3).toFixed(n % 1e3 ? 1 : 0) + "k"; }
     return String(n);
   }
+  function secs(ms) { return (ms / 1000).toFixed(ms < 10000 ? 3 : 1) + " s"; }
+  function when(tr, ms) {   // an event's time: from the trace's first event (and the clock, when it is one)
+    var rel = tr.d.t_start !== null ? "+" + secs(ms - tr.d.t_start) : num(ms) + " ms";
+    return ms > 1e12 ? rel + " (" + new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC") + ")" : rel;
+  }
   function oneLine(s, n) { s = String(s).replace(/\s+/g, " "); return s.length > n ? s.slice(0, n - 1) + "…" : s; }
   function button(label, fn) { var b = h("button", null, label); b.type = "button"; b.addEventListener("click", fn); return b; }
   function fold(s, cls) {   // a long text: its start, and all of it on demand (never cut)
@@ -320,7 +325,7 @@
     MARKS.forEach(function (m) { if (mk[m[0]]) { var s = h("span", "mk mk-" + m[0], sym[m[0]]); s.title = m[1]; row.appendChild(s); } });
   }
 
-  window.steploopViewer = {h: h, add: add, fold: fold, details: details, button: button, num: num, short: short, oneLine: oneLine,
+  window.steploopViewer = {h: h, add: add, fold: fold, details: details, button: button, num: num, short: short, oneLine: oneLine, secs: secs, when: when,
                            Trace: Trace, Timeline: Timeline, List: List, legend: legend, roundRow: roundRow, perRoundFor: perRoundFor,
                            raw: RAW, PAGE: PAGE, setQuery: function (q) { query = q; }, getQuery: function () { return query; }};
 })();
