@@ -479,6 +479,14 @@ def register(subparsers: Any) -> dict[str, Handler]:
     )
     st.add_argument("dir", metavar="DIR", nargs="+", help="directories, traces, @LIST files")
     corpus_options(st, progress=True)
+    st.add_argument(
+        "--format",
+        nargs=2,
+        metavar=("FORMAT", "OUT"),
+        help="also write the tables turns and rounds (one row per trace, one per round) into "
+        "the directory OUT as FORMAT: parquet (needs steploop[parquet]), csv or json (JSON "
+        "Lines); columns in docs/viewer.md",
+    )
     st.set_defaults(handler=cmd_stats)
 
     r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")

@@ -458,6 +458,8 @@ class _Builder:
                 first_request = False
             elif isinstance(e, Compact):
                 target["comp"] += 1
+                if target["cat"] is None:
+                    target["cat"] = e.pre_tokens  # the machine's count when it compacted
                 self.pending_compact = e
                 if first_request and walk is not None:
                     self._layers(target, rec, before, e.conversation, walk)
@@ -581,6 +583,7 @@ def _round(n: int, first: int) -> dict[str, Any]:
         "est": None,
         "req": None,
         "comp": 0,
+        "cat": None,
         "retry": 0,
         "waits": 0,
         "wms": 0,
