@@ -143,7 +143,7 @@ def turn_rows(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """
     from steploop.effects.viewer import trace_view
 
-    data = trace_view(path).data
+    data = trace_view(path, exact=True).data
     prov = data["provenance"]
     cfg = data["config"]
     rounds = data["rounds"]

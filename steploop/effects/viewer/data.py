@@ -29,6 +29,7 @@ usage the API reported, so a cleared result shows there only after the next resp
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Collection, Iterator
 from typing import Any
@@ -129,6 +130,7 @@ _PIPELINE = (
 )
 
 
+@functools.cache
 def rules_for(tag: str) -> tuple[str, ...]:
     """The rules behind a transition: the one that defines it, then the round-end ladder rungs
     (``ROUND_END``, ``TOOL_ROUND_END``) that can end a round in it."""
@@ -150,13 +152,19 @@ class TraceView:
 
 
 def trace_view(
-    path: str | os.PathLike[str], *, keep: Collection[int] = (), name: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    keep: Collection[int] = (),
+    name: str | None = None,
+    exact: bool = False,
 ) -> TraceView:
     """Read and replay ``path`` into the page's data; ``keep``: step indices whose real effects
     (with their conversations) are returned too (a comparison names what changed a request).
 
-    A trace that this steploop cannot step through (``step()`` rejects a recorded event) is
-    shown as recorded, without conversations, and says so.
+    Each step's effects are compared with the recorded ones, a conversation by its length;
+    ``exact`` compares conversations by digest too (as exact replay does; it encodes every
+    message once more). A trace that this steploop cannot step through (``step()`` rejects a
+    recorded event) is shown as recorded, without conversations, and says so.
 
     Raises:
         TraceError: the trace is malformed (one line naming file and line).
@@ -164,9 +172,11 @@ def trace_view(
     from steploop.effects.trace import TraceError
 
     try:
-        return _Builder(path, keep, replay=True, name=name).build()
+        return _Builder(path, keep, replay=True, name=name, exact=exact).build()
     except TraceError as walked:
-        view = _Builder(path, keep, replay=False, name=name).build()  # a bad file raises again
+        view = _Builder(
+            path, keep, replay=False, name=name, exact=exact
+        ).build()  # a bad file raises again
         view.data["replay"] = {"ok": False, "step": None, "note": str(walked)}
         return view
 
@@ -179,8 +189,10 @@ class _Builder:
         *,
         replay: bool,
         name: str | None,
+        exact: bool,
     ) -> None:
         self.reader = TraceReader(path)
+        self.same = _same_effects if not exact else _equal
         self.keep = frozenset(keep)
         self.replay = replay
         self.name = name
@@ -261,9 +273,12 @@ class _Builder:
                 "length": e.conversation.length,
                 "req": self.request(e.conversation, pos) if self.replay else None,
             }
-        if isinstance(e, (Compact, RunStopHooks, SummarizeToolUse)):
-            d = {k: v for k, v in unstructure(e).items() if k != "conversation"}
-            d["length"] = e.conversation.length
+        if isinstance(e, _CONV_EFFECTS):  # every field but the conversation, which is long
+            d: dict[str, Any] = {"type": e.TAG, "length": e.conversation.length}
+            for f in _fields(type(e)):
+                if f != "conversation":
+                    v = getattr(e, f)
+                    d[f] = list(v) if isinstance(v, tuple) else v
             return d
         if isinstance(e, PersistToolResult):
             return {"type": e.TAG, "tool_use_id": e.tool_use_id, "content": self.text(e.content)}
@@ -335,7 +350,7 @@ class _Builder:
         for rec in walk:
             if isinstance(rec, StepRecord):
                 shown = walk.effects
-                if self.first_mismatch is None and rec.effects != walk.effects:
+                if self.first_mismatch is None and not self.same(rec.effects, walk.effects):
                     self.first_mismatch = rec.i
                 if self.first_mismatch is not None:
                     shown = rec.effects
@@ -604,6 +619,42 @@ def _transition(t: Transition) -> dict[str, Any]:
     d: dict[str, Any] = unstructure(t)
     d["rules"] = list(rules_for(t.TAG))
     return d
+
+
+def _equal(a: tuple[Effect, ...], b: tuple[Effect, ...]) -> bool:
+    return a == b
+
+
+def _same_effects(a: tuple[Effect, ...], b: tuple[Effect, ...]) -> bool:
+    """``a == b``, but a conversation compared by its length (no digest to compute)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if type(x) is not type(y):
+            return False
+        if not isinstance(x, _CONV_EFFECTS):
+            if x != y:
+                return False
+            continue
+        for f in _fields(type(x)):
+            vx, vy = getattr(x, f), getattr(y, f)
+            if f == "conversation":
+                if vx.length != vy.length:
+                    return False
+            elif vx != vy:
+                return False
+    return True
+
+
+_CONV_EFFECTS = (CallModel, Compact, RunStopHooks, SummarizeToolUse)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    got = _FIELDS.get(cls)
+    if got is None:
+        got = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
+    return got
 
 
 def _extends(conv: Conversation, base: Conversation) -> bool:
