@@ -27,7 +27,9 @@ another worker by itself, and then reports its traces failed.
 
 The command-line entry points are :func:`stats_command` and :func:`replay_command`
 (``steploop stats`` and ``steploop replay`` with several traces, a directory, ``--jobs`` or
-``--scheduler``).
+``--scheduler``). ``stats --format FORMAT OUT`` runs
+:func:`steploop.effects.stats_export.export_task` instead of :func:`stats_task` and writes the
+rows its outcomes carry as tables (:mod:`steploop.effects.stats_export`).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def test_each_message_is_encoded_once_per_run(
 def test_a_long_recording_is_let_go_as_it_is_used(session: Path) -> None:
     """The index reads the recording as far as the new run needs it and drops what it used:
     at the end it holds no recorded answer of a matched request."""
-    fps = counterfactual.Fingerprints()
+    fps = fingerprints.Fingerprints()
     index = counterfactual._Index(session, fps)
     assert index.steps < 5  # nothing read beyond the start yet
     r = index.ordinal("call_model", 3)

@@ -180,7 +180,8 @@ def test_a_deep_link_opens_its_round_and_step(browser: Any, pages: dict[str, Pat
 
 @pytest.mark.spec("VIEW-4")
 def test_search_finds_the_round_and_marks_the_text(browser: Any, pages: dict[str, Path]) -> None:
-    """/ focuses the search; the needle read in round 2 is found there, marked in the text."""
+    """/ focuses the search; the needle read in round 2 is found there, marked in the text; a
+    tool's input and a tool's name are found too."""
     _open(browser, pages["trace"])
     _keys(browser, "/")
     box = browser.switch_to.active_element
@@ -191,7 +192,10 @@ def test_search_finds_the_round_and_marks_the_text(browser: Any, pages: dict[str
     marks = [m.text for m in browser.find_elements("css selector", "#detail mark")]
     assert marks and all(m.lower() == NEEDLE for m in marks)
     box.clear()
-    box.send_keys("read", ENTER)  # a tool name: every round that ran one
+    box.send_keys("f4.txt", ENTER)  # a tool's input: the round that read it
+    assert browser.find_element("id", "found").text == "1 round(s) match" and _selected(browser) == 4
+    box.clear()
+    box.send_keys("Read", ENTER)  # a tool's name: every round that ran it (and "done reading")
     assert browser.find_element("id", "found").text == "5 round(s) match"
 
 
@@ -210,7 +214,8 @@ def test_a_script_in_a_tool_result_is_shown_as_text(browser: Any, pages: dict[st
 @pytest.mark.spec("VIEW-4")
 def test_the_page_rebuilds_every_request(browser: Any, pages: dict[str, Path], tmp_path: Path) -> None:
     """The page's own rebuilding of each request (its runs over the previous one) gives the
-    messages replay puts in each model call, on a run whose history is compacted and snipped."""
+    messages replay puts in each model call, on a run whose history is compacted and snipped;
+    the rounds that compacted carry the marker, in the timeline and the list."""
     trace = synthetic_trace(tmp_path / "c.jsonl", 14, growing=True, overrides={"context_window": 30_000})
     page = tmp_path / "c.html"
     assert main(["show", str(trace), "--html", str(page)], out=io.StringIO()) == 0
@@ -220,6 +225,10 @@ def test_the_page_rebuilds_every_request(browser: Any, pages: dict[str, Path], t
         "return V.raw.trace.reqs.map(function (q, k) { return t.conv(k).map(function (i) { return V.raw.trace.msgs[i].id; }); });"
     )
     assert got == real_requests(trace)
+    marks = browser.find_element("css selector", "svg.timeline path.mk-compaction").get_attribute("d")
+    assert marks.count("M") == 6  # a mark above each of the six rounds that compacted
+    row = browser.find_element("id", "row-9").text  # round 10, the first compaction
+    assert row.startswith("10") and "◆C" in row
 
 
 @pytest.mark.spec("VIEW-4")

@@ -47,12 +47,12 @@
   }
 
   // ---- timelines -----------------------------------------------------------------------------
-  var per = V.perRoundFor(n);
+  var per = V.perRoundFor(n), peak = compare ? Math.max(V.peakOf(A), V.peakOf(B)) : undefined;
   app.appendChild(h("h2", null, "Timeline: the prompt's size per round against the context window"));
   [A, B].forEach(function (tr) {
     if (!tr) { return; }
     if (compare) { app.appendChild(h("div", "muted", tr.label + ": " + tr.d.name)); }
-    var t = new V.Timeline(tr, app, per, function (i) { select(i, true); }, compare ? tr.label : "the run");
+    var t = new V.Timeline(tr, app, per, function (i) { select(i, true); }, compare ? tr.label : "the run", peak);
     timelines.push(t);
     var fit = button(t.fit ? "scale: the run's peak (show the whole window)" : "scale: the context window (fit the run)", function () {
       t.fit = !t.fit; t.draw(); t.select(Math.max(cur, 0)); t.showMatches(hitsOf(tr)); markDivergence();

@@ -174,7 +174,8 @@
   };
 
   // ---- the timeline -------------------------------------------------------------------------
-  function Timeline(tr, host, perRound, onPick, title) {
+  function peakOf(tr) { var p = 0; tr.rounds.forEach(function (r) { p = Math.max(p, r.ctx, r.est || 0); }); return p; }
+  function Timeline(tr, host, perRound, onPick, title, peak) {
     this.tr = tr; this.perRound = perRound;
     var n = tr.rounds.length, left = 78, right = 16, top = 30, height = 200, bottom = 34;
     this.left = left; this.top = top; this.height = height;
@@ -184,8 +185,8 @@
                         role: "img", "aria-label": title + ": the prompt's size per round against the context window; click a round to open it"});
     box.appendChild(s); host.appendChild(box);
     this.svg = s; this.box = box;
-    var peak = 0, cfg = tr.d.config;
-    tr.rounds.forEach(function (r) { peak = Math.max(peak, r.ctx, r.est || 0); });
+    var cfg = tr.d.config;
+    peak = peak === undefined ? peakOf(tr) : peak;   // two runs compared share one scale
     this.peak = peak;
     this.fit = peak > 0 && peak < 0.5 * (cfg.context_window || 1);
     var self = this;
@@ -200,7 +201,7 @@
     var s = this.svg, tr = this.tr, cfg = tr.d.config, left = this.left, top = this.top, height = this.height;
     while (s.firstChild) { s.removeChild(s.firstChild); }
     var width = Number(s.getAttribute("width")), bar = this.perRound.bar, step = bar + this.perRound.gap;
-    var max = this.fit ? niceMax(this.peak * 1.15) : Math.max(cfg.context_window || 1, this.peak, 1);
+    var max = this.fit ? niceMax(Math.max(this.peak * 1.15, 100)) : Math.max(cfg.context_window || 1, this.peak, 1);
     function y(t) { return top + height - height * Math.min(t, max) / max; }
     // the token axis
     svg("path", {"class": "axis", d: "M" + left + "," + top + " V" + (top + height) + " H" + (width - 8)}, s);
@@ -326,6 +327,6 @@
   }
 
   window.steploopViewer = {h: h, add: add, fold: fold, details: details, button: button, num: num, short: short, oneLine: oneLine, secs: secs, when: when,
-                           Trace: Trace, Timeline: Timeline, List: List, legend: legend, roundRow: roundRow, perRoundFor: perRoundFor,
+                           Trace: Trace, Timeline: Timeline, peakOf: peakOf, List: List, legend: legend, roundRow: roundRow, perRoundFor: perRoundFor,
                            raw: RAW, PAGE: PAGE, setQuery: function (q) { query = q; }, getQuery: function () { return query; }};
 })();
