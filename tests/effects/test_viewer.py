@@ -253,3 +253,23 @@ def test_write_html_returns_the_page(run: Path, tmp_path: Path) -> None:
     """The library call writes the same page the CLI does."""
     path = write_html(run, tmp_path / "lib.html")
     assert path.read_text("utf-8").startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.spec("VIEW-4")
+def test_a_trace_whose_effects_differ_is_shown_as_recorded_from_there(tmp_path: Path) -> None:
+    """A recorded model call asked for another max_tokens than this steploop computes: from
+    that step the page shows the recorded effects, without a request it cannot rebuild, and
+    its note names the step."""
+    lines = (SCENARIOS / "next_turn.jsonl").read_text("utf-8").splitlines()
+    at = max(k for k, line in enumerate(lines) if '"call_model"' in line)
+    lines[at] = lines[at].replace('"max_tokens":8000', '"max_tokens":7999', 1)
+    assert '"max_tokens":7999' in lines[at]
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join(lines) + "\n", "utf-8")
+    data = trace_view(edited).data
+    step = json.loads(lines[at])["i"]
+    assert data["replay"]["ok"] is False and data["replay"]["step"] == step
+    assert f"from step {step} on" in data["replay"]["note"]
+    calls = [e for s in data["steps"] for e in s["fx"] if e["type"] == "call_model"]
+    assert [c["max_tokens"] for c in calls] == [8000, 7999] and calls[0]["req"] == 0 and calls[1]["req"] is None
+    assert len(data["reqs"]) == 1

@@ -211,6 +211,7 @@ class _Builder:
         self.effects_at: dict[int, tuple[Effect, ...]] = {}
         self.pending_compact: Compact | None = None
         self.freed = 0  # the state's tokens_freed after the step being encoded
+        self.real = False  # the effects being encoded are step()'s, with real conversations
         self.first_mismatch: int | None = None
 
     # -- tables ------------------------------------------------------------------------------
@@ -271,7 +272,7 @@ class _Builder:
                 "streaming": e.streaming,
                 "query_source": e.query_source,
                 "length": e.conversation.length,
-                "req": self.request(e.conversation, pos) if self.replay else None,
+                "req": self.request(e.conversation, pos) if self.real else None,
             }
         if isinstance(e, _CONV_EFFECTS):  # every field but the conversation, which is long
             d: dict[str, Any] = {"type": e.TAG, "length": e.conversation.length}
@@ -382,6 +383,7 @@ class _Builder:
             if walk is not None and walk.state is not None:
                 self.freed = walk.state.tokens_freed
             # the effects first: the messages they emit are tabled before the event names them
+            self.real = walk is not None and effects is walk.effects
             fx = [self.effect(e, pos) for e in effects]
             entry["ev"] = self.event(rec.event) if rec.event is not None else None
             entry["fx"] = fx
