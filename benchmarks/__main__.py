@@ -40,6 +40,7 @@ ITEMS = {
     "7": "import_speed",
     "8": "counterfactual",
     "9": "corpus",
+    "10": "viewer",
 }
 
 
@@ -100,6 +101,12 @@ def item_corpus(quick: bool) -> dict[str, Any]:
     return corpus_throughput.measure(2_000 if quick else 20_000, reps=1)
 
 
+def item_viewer(quick: bool) -> dict[str, Any]:
+    from benchmarks import viewer_speed
+
+    return viewer_speed.measure(1_000, reps=3 if quick else 7, big=None if quick else 10_000)
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -110,6 +117,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "import_speed": item_import_speed,
     "counterfactual": item_counterfactual,
     "corpus": item_corpus,
+    "viewer": item_viewer,
 }
 
 
