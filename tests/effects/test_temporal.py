@@ -553,7 +553,7 @@ def test_the_temporal_commands_say_what_is_wrong(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and bad.stderr.endswith(
-        "exists: the workflow writes a new trace there\n"
+        "exists: the turn's trace is written there\n"
     )
     down = subprocess.run(
         [steploop, "temporal", "start", "go", "--address", "127.0.0.1:1", "--store", str(tmp_path)],
@@ -612,12 +612,12 @@ def test_start_asks_again_while_no_worker_answers() -> None:
             raise a
         return a
 
-    got = asyncio.run(temporal_cli._patiently(call, told.append, pause_s=0))
+    got = asyncio.run(temporal_cli.patiently(call, told.append, pause_s=0))
     assert got == ["the items"] and not answers
     assert told == ["Timeout expired", "h2 protocol error: http2 error", told[2]]
     answers[:] = [RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")]
     with pytest.raises(RPCError):
-        asyncio.run(temporal_cli._patiently(call, told.append, pause_s=0))
+        asyncio.run(temporal_cli.patiently(call, told.append, pause_s=0))
 
 
 @pytest.mark.anyio

@@ -56,6 +56,8 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
+from steploop.effects.temporal.paths import default_root
+
 __all__ = [
     "DEFAULT_THRESHOLD",
     "Collected",
@@ -78,17 +80,6 @@ _DIGEST = 32
 
 class StoreMissing(Exception):
     """A payload the history refers to is not in the store."""
-
-
-def default_root() -> Path:
-    """The store clients and workers of this user share unless told otherwise:
-    ``$STEPLOOP_TEMPORAL_STORE``, else ``$XDG_DATA_HOME/steploop/temporal`` (by default
-    ``~/.local/share/steploop/temporal``); absolute, whatever the working directory."""
-    given = os.environ.get("STEPLOOP_TEMPORAL_STORE")
-    if given:
-        return Path(given).expanduser().resolve()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return (Path(data).expanduser() / "steploop" / "temporal").resolve()
 
 
 def split(data: bytes) -> list[bytes]:
