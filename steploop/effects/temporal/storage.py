@@ -74,7 +74,7 @@ DEFAULT_THRESHOLD = 128 * 1024
 
 _CANDIDATE = re.compile(rb"\},\{")
 _WINDOW = 64
-_MASK = 7  # one candidate in eight, on average, ends a chunk
+_MASK = 3  # one candidate in four, on average, ends a chunk
 _DIGEST = 32
 
 
@@ -84,7 +84,7 @@ class StoreMissing(Exception):
 
 def split(data: bytes) -> list[bytes]:
     """``data`` cut at content-defined boundaries: after the ``},`` of a ``},{`` whose 64
-    preceding bytes hash to a multiple of eight. A boundary depends only on the bytes around
+    preceding bytes hash to a multiple of four. A boundary depends only on the bytes around
     it, so the same run of JSON objects is cut the same way in every payload that holds it."""
     cuts = [0]
     crc = zlib.crc32
