@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,8 @@ async def finish(handle: WorkflowHandle[TurnWorkflow, TurnResult]) -> TurnResult
 
 QUICK = {"tools": ActivityOptions(heartbeat_s=1.0)}
 """Tools whose lost worker is noticed within a second."""
+LOST = timedelta(seconds=1)
+"""A workflow task a lost worker held goes to another after a second (10 s by default)."""
 
 
 def unexpected(opened: list[tuple[str, str]], store: Path) -> list[tuple[str, str]]:
@@ -434,7 +437,9 @@ async def test_a_killed_worker_loses_nothing_and_repeats_no_finished_tool(
             provenance=FIXED,
             activities=QUICK,
         )
-        handle = await start_turn(env.client, inp, workflow_id=unique("kill"), task_queue=queue)
+        handle = await start_turn(
+            env.client, inp, workflow_id=unique("kill"), task_queue=queue, task_timeout=LOST
+        )
         code = await asyncio.to_thread(proc.wait, RESULT_TIMEOUT_S)
         assert code == 17  # died between the ledger and the report
     finally:
@@ -495,13 +500,23 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
     """``steploop temporal start`` with no worker running: the turn waits, durably; then
     ``steploop temporal worker --demo`` comes up and runs it, a run per round
     (``--rounds-per-run 1``); start follows it run by run, prints every item and the terminal,
-    and the trace replays exactly from the command line. Both are processes of
-    their own, as a user runs them."""
+    and the trace replays exactly from the command line. Both are processes of their own, as a
+    user runs them, each in a directory of its own, with the default store (payloads from
+    4 KB on go there): the store is one absolute directory whatever the working directory."""
     steploop = str(Path(sys.executable).parent / "steploop")
     address = env.client.service_client.config.target_host
     queue = unique("q")
-    common = ["--address", address, "--task-queue", queue, "--store", str(tmp_path / "store")]
-    trace = tmp_path / "demo.jsonl"
+    common = ["--address", address, "--task-queue", queue, "--threshold", "4096"]
+    home = tmp_path / "home"
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XDG_DATA_HOME", "STEPLOOP_TEMPORAL_STORE")
+    }
+    environ["HOME"] = str(home)
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
     start = subprocess.Popen(
         [
             steploop,
@@ -511,35 +526,45 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
             *common,
             "--yes",
             "--trace",
-            str(trace),
+            "demo.jsonl",
             "--rounds-per-run",
             "1",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=here,
+        env=environ,
     )
     await asyncio.sleep(1.0)  # the turn is started and waits for a worker
     assert start.poll() is None
     ws = tmp_path / "project"
     shutil.copytree(SAMPLE_PROJECT, ws)
-    work = subprocess.Popen(
-        [steploop, "temporal", "worker", "--demo", "--workspace", str(ws), *common],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with (tmp_path / "worker.err").open("w") as errors:
+        work = subprocess.Popen(
+            [steploop, "temporal", "worker", "--demo", "--workspace", str(ws), *common],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            cwd=there,
+            env=environ,
+        )
     try:
         out, err = await asyncio.to_thread(start.communicate, None, RESULT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError((tmp_path / "worker.err").read_text()) from None
     finally:
         work.kill()
         work.wait()
         if start.poll() is None:
             start.kill()
             start.wait()
-    assert start.returncode == 0, err
+    assert start.returncode == 0, err + (tmp_path / "worker.err").read_text()
     assert len([line for line in out.splitlines() if line.startswith("  ")]) == 8
     assert "assistant → Edit(" in out and "══ terminal: completed  (14 steps, 3 run(s))" in out
     assert "if (!userId) return" in (ws / "src/auth/validate.ts").read_text()
+    stored = home / ".local" / "share" / "steploop" / "temporal" / "payloads" / "objects"
+    assert any(stored.glob("*/*"))
+    trace = here / "demo.jsonl"
     replay = subprocess.run([steploop, "replay", str(trace)], capture_output=True, text=True)
     assert replay.returncode == 0 and "replayed exactly: 14 steps" in replay.stdout
 

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,9 @@ async def test_a_worker_killed_mid_bash_never_runs_the_command_twice(
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
         inp = turn_input("go", permissions=ALLOW, provenance=FIXED, activities=QUICK)
         wid = f"kill-{uuid.uuid4().hex[:8]}"
-        handle = await start_turn(env.client, inp, workflow_id=wid, task_queue=queue)
+        handle = await start_turn(
+            env.client, inp, workflow_id=wid, task_queue=queue, task_timeout=timedelta(seconds=1)
+        )
         side = ws / "side.log"
         await until(lambda: side.exists() and (ws / "bash.pid").exists(), "Bash to start")
         await until(lambda: (ws / "bash.pid").read_text().strip() != "", "the pid")

@@ -129,10 +129,28 @@ def common(p: argparse.ArgumentParser, *, queue: bool = True) -> None:
         help="directory every client and worker shares: large payloads and the tool-call "
         "ledger (default $STEPLOOP_TEMPORAL_STORE, else ~/.local/share/steploop/temporal)",
     )
+    p.add_argument(
+        "--threshold",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="payloads of at least this size go to the store (default 131072; the same for "
+        "every client and worker)",
+    )
 
 
 def store_of(args: argparse.Namespace) -> Path:
     return Path(args.store).expanduser().resolve() if args.store else default_root()
+
+
+def threshold_of(args: argparse.Namespace) -> int:
+    from steploop.effects.temporal.storage import DEFAULT_THRESHOLD
+
+    if args.threshold is None:
+        return DEFAULT_THRESHOLD
+    if args.threshold < 0:
+        raise CliError("--threshold must be at least 0")
+    return int(args.threshold)
 
 
 def register(subparsers: Any) -> None:
@@ -248,6 +266,7 @@ async def _work(
     )
     plugin = SteploopPlugin(
         store=PayloadStore(store / "payloads"),
+        threshold=threshold_of(args),
         activities=acts,
         heartbeat_every_s=args.heartbeat_every or HEARTBEAT_EVERY_S,
         accept_versions=args.accept_version,
@@ -293,7 +312,9 @@ async def connect_args(args: argparse.Namespace) -> Any:
 
     store = PayloadStore(store_of(args) / "payloads")
     try:
-        return await connect(args.address, namespace=args.namespace, store=store)
+        return await connect(
+            args.address, namespace=args.namespace, store=store, threshold=threshold_of(args)
+        )
     except Exception as e:  # RuntimeError from the bridge: connection refused, bad address
         raise CliError(f"cannot reach Temporal at {args.address}: {e}") from None
 

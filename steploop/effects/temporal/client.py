@@ -128,9 +128,18 @@ def turn_input(
 
 
 async def start_turn(
-    client: Client, inp: TurnInput, *, workflow_id: str, task_queue: str = TASK_QUEUE
+    client: Client,
+    inp: TurnInput,
+    *,
+    workflow_id: str,
+    task_queue: str = TASK_QUEUE,
+    **kwargs: Any,
 ) -> WorkflowHandle[TurnWorkflow, TurnResult]:
-    return await client.start_workflow(TurnWorkflow.run, inp, id=workflow_id, task_queue=task_queue)
+    """Start the ready-made workflow on ``inp``; ``kwargs`` go to ``Client.start_workflow``
+    (``task_timeout``: how soon a workflow task a lost worker held is handed to another)."""
+    return await client.start_workflow(
+        TurnWorkflow.run, inp, id=workflow_id, task_queue=task_queue, **kwargs
+    )
 
 
 async def fetch_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:

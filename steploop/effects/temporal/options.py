@@ -18,7 +18,9 @@ Why these defaults (specs/temporal.md): a model call is tried once (the machine 
 retries, with its ``Wait`` a durable timer); a tool is retried when its worker is lost, and the
 durable record of :mod:`steploop.effects.temporal.activities` keeps a tool that changes the
 world from running twice. Tools and stop hooks are cancelled with ``wait_cancellation_completed``:
-the turn ends only once every cancelled process has stopped. The heartbeat timeout (10 s) is how
+the turn ends only once every cancelled process has stopped. A part of the trace is a quick
+append, given 3 s an attempt: a part a lost worker held is sent again soon (the turn's end waits
+for its trace). The heartbeat timeout (10 s) is how
 soon a lost worker is noticed; how soon a cancellation reaches a running activity is the
 worker's heartbeat interval (:data:`HEARTBEAT_EVERY_S`, set by the plugin), not this timeout.
 """
@@ -136,8 +138,8 @@ DEFAULTS: Final[Mapping[str, Resolved]] = {
     "compaction": _defaults(600.0, 1, "try_cancel", 10.0),
     "hooks": _defaults(600.0, 1, "wait_cancellation_completed", 10.0),
     "summary": _defaults(120.0, 1, "try_cancel", 10.0),
-    "persist": _defaults(60.0, 3, "try_cancel", None),
-    "trace": _defaults(60.0, 3, "try_cancel", None),
+    "persist": _defaults(10.0, 3, "try_cancel", None),
+    "trace": _defaults(3.0, 5, "try_cancel", None),
 }
 
 
