@@ -40,6 +40,7 @@ ITEMS = {
     "7": "import_speed",
     "8": "counterfactual",
     "9": "corpus",
+    "10": "temporal_payloads",
 }
 
 
@@ -98,6 +99,12 @@ def item_corpus(quick: bool) -> dict[str, Any]:
     return corpus_throughput.measure(2_000 if quick else 20_000, reps=1)
 
 
+def item_temporal_payloads(quick: bool) -> dict[str, Any]:
+    from benchmarks import temporal_payloads
+
+    return temporal_payloads.measure((20, 60) if quick else (40, 160))
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -108,6 +115,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "import_speed": item_import_speed,
     "counterfactual": item_counterfactual,
     "corpus": item_corpus,
+    "temporal_payloads": item_temporal_payloads,
 }
 
 

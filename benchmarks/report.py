@@ -335,10 +335,15 @@ def markdown(report: dict[str, Any]) -> str:
     items = report["items"]
     profiles: list[str] = []
     for key, item in items.items():
-        if not item.get("available", True) and not key.startswith(("3", "6")):
+        number = key.split("_", 1)[0]
+        if not item.get("available", True) and number not in ("3", "6"):
             lines += [f"## {key}", "", f"Not available: {item['reason']}", ""]
             continue
-        if key.startswith("1"):
+        if number == "10":
+            from benchmarks.temporal_payloads import markdown as payloads
+
+            lines += payloads(item)
+        elif key.startswith("1"):
             lines += _loop_overhead(item)
             if "profile" in item:
                 profiles += _profile(

@@ -15,8 +15,9 @@ square of the conversation. The store splits a payload into chunks at content-de
 boundaries (:func:`split`: after a ``},`` between two JSON objects of a list, where a hash of
 the 64 bytes before it says so; the same bytes give the same boundaries wherever they sit) and
 keeps each chunk once, under the SHA-256 of its bytes; a payload is a manifest of its chunks'
-digests (32 bytes per chunk). A conversation one message longer than the last adds the chunks
-of that message, and a manifest. ``benchmarks/temporal_payloads.py`` measures the bytes stored
+digests, itself cut the same way when it is long (a tree of manifests). A conversation one
+message longer than the last adds the chunks of that message and the branch of manifests above
+them. ``benchmarks/temporal_payloads.py`` measures the bytes stored
 per byte of conversation.
 
 **Absolute paths.** The root is resolved once, when the store is made: a client started in
@@ -76,6 +77,7 @@ _CANDIDATE = re.compile(rb"\},\{")
 _WINDOW = 64
 _MASK = 3  # one candidate in four, on average, ends a chunk
 _DIGEST = 32
+_FANOUT = 16  # digests per manifest piece, on average
 
 
 class StoreMissing(Exception):
@@ -177,8 +179,7 @@ class PayloadStore(StorageDriver):
         if len(pieces) == 1:
             key = "b" + self._put(data)
         else:
-            manifest = b"".join(bytes.fromhex(self._put(c)) for c in pieces)
-            key = "m" + self._put(manifest)
+            key = self._manifest([bytes.fromhex(self._put(c)) for c in pieces])
         if self.writes:
             self._list(owner, namespace, key)
         return StorageDriverClaim(claim_data={"key": key, "sha256": whole, "size": str(len(data))})
@@ -188,14 +189,40 @@ class PayloadStore(StorageDriver):
         key, whole = data.get("key", ""), data.get("sha256", "")
         if key[:1] == "b":
             out = self._get(key[1:])
-        elif key[:1] == "m":
-            manifest = self._get(key[1:])
-            out = b"".join(self._get(d) for d in _digests(manifest))
+        elif key[:1] == "m" and key[1:2].isdigit():
+            out = b"".join(self._get(d) for d in self._leaves(int(key[1]), key[2:]))
         else:
             raise StoreMissing(f"a payload reference of another store: {dict(data)!r:.200}")
         if hashlib.sha256(out).hexdigest() != whole:
             raise StoreMissing(f"payload {whole}: the stored bytes do not match its digest")
         return out
+
+    def _manifest(self, digests: list[bytes]) -> str:
+        """The key of a manifest of these chunk digests. A manifest of more than
+        :data:`_FANOUT` digests is itself cut at content-defined places (after a digest whose
+        first byte is a multiple of :data:`_FANOUT`) and kept as pieces, under a manifest of
+        their digests, and so on up: a conversation one message longer shares all but the last
+        pieces of its manifest with the last one, so what a call adds stays small however long
+        the conversation grows."""
+        depth = 1
+        while True:
+            manifest = b"".join(digests)
+            if len(digests) <= _FANOUT:
+                return f"m{depth}{self._put(manifest)}"
+            pieces: list[list[bytes]] = [[]]
+            for d in digests:
+                pieces[-1].append(d)
+                if d[0] % _FANOUT == 0:
+                    pieces.append([])
+            digests = [bytes.fromhex(self._put(b"".join(p))) for p in pieces if p]
+            depth += 1
+
+    def _leaves(self, depth: int, digest: str) -> list[str]:
+        """The chunk digests under manifest ``digest`` of ``depth`` levels."""
+        level = [digest]
+        for _ in range(depth):
+            level = [d for m in level for d in _digests(self._get(m))]
+        return level
 
     def _path(self, digest: str) -> Path:
         return self.objects / digest[:2] / digest
@@ -271,12 +298,8 @@ class PayloadStore(StorageDriver):
                 key = entry.name
                 if key[:1] == "b":
                     live.add(key[1:])
-                elif key[:1] == "m":
-                    live.add(key[1:])
-                    try:
-                        live.update(_digests(self._path(key[1:]).read_bytes()))
-                    except FileNotFoundError:
-                        pass
+                elif key[:1] == "m" and key[1:2].isdigit():
+                    live.update(self._reached(int(key[1]), key[2:]))
         before = time.time() - grace_s
         gone = gone_bytes = objects = size = 0
         for path in self.objects.glob("*/*"):
@@ -289,6 +312,20 @@ class PayloadStore(StorageDriver):
                 objects += 1
                 size += st.st_size
         return Collected(removed, kept, gone, gone_bytes, objects, size)
+
+    def _reached(self, depth: int, digest: str) -> set[str]:
+        """Every object manifest ``digest`` reaches: its pieces, theirs, the chunks."""
+        out, level = {digest}, [digest]
+        for _ in range(depth):
+            nxt = []
+            for m in level:
+                try:
+                    nxt.extend(_digests(self._path(m).read_bytes()))
+                except FileNotFoundError:
+                    continue
+            out.update(nxt)
+            level = nxt
+        return out
 
     def stored_bytes(self) -> int:
         """Bytes of every object kept (chunks, whole payloads and manifests)."""
