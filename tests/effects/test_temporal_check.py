@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +25,13 @@ from steploop.effects.cli import build_parser
 from steploop.effects.cli import main as cli_main
 from steploop.effects.run import PermissionPolicy
 from steploop.effects.temporal.activities import ACTIVITY_NAMES
-from steploop.effects.temporal.client import fetch_histories, replayer, start_turn, turn_input, worker
+from steploop.effects.temporal.client import (
+    fetch_histories,
+    replayer,
+    start_turn,
+    turn_input,
+    worker,
+)
 from steploop.effects.temporal.history import check_histories, turn_traces
 from steploop.reducer.config import RetryPolicy
 from tests.support.temporal_world import activities_for, file_activity, time_skipping
@@ -105,7 +112,7 @@ async def test_a_replay_in_an_empty_directory_reads_and_writes_no_file(
     with file_activity() as opened:
         for history in recorded:
             await rp.replay_workflow(history)
-    roots = [os.path.realpath(p) for p in (os.sys.prefix, os.sys.base_prefix, ROOT / "steploop")]
+    roots = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, ROOT / "steploop")]
     store_root = os.path.realpath(store)
     writes = [(p, m) for p, m in opened if any(c in m for c in "wax+")]
     reads = [

@@ -110,7 +110,7 @@ async def both_checks(env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any]
     assert report.ok, report.problems
 
 
-@pytest.mark.spec("TEMPORAL-ONCE-1")
+@pytest.mark.spec("TEMPORAL-ONCE-1", "W-ONCE-1")
 @pytest.mark.anyio
 async def test_a_worker_killed_mid_bash_never_runs_the_command_twice(
     env: WorkflowEnvironment, tmp_path: Path, store: Path

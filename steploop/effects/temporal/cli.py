@@ -253,12 +253,12 @@ async def _work(
     args: argparse.Namespace, model: Any, tools: Any, workspace: Path, out: TextIO
 ) -> int:
     from temporalio.client import Client
+    from temporalio.worker import Worker
 
     from steploop.effects.temporal.activities import Ledger, SteploopActivities
     from steploop.effects.temporal.options import HEARTBEAT_EVERY_S
     from steploop.effects.temporal.plugin import SteploopPlugin
     from steploop.effects.temporal.storage import PayloadStore
-    from temporalio.worker import Worker
 
     store = store_of(args)
     acts = SteploopActivities(
@@ -285,14 +285,15 @@ async def _work(
     loop.add_signal_handler(signal.SIGINT, stop, EXIT_INTERRUPTED)
     loop.add_signal_handler(signal.SIGTERM, stop, EXIT_TERMINATED)
     w = Worker(client, task_queue=args.task_queue)
-    running = asyncio.ensure_future(w.run())
+    running: asyncio.Future[None] = asyncio.ensure_future(w.run())
     print(
         f"worker on {args.address} (task queue {args.task_queue}), workspace {workspace}, "
         f"store {store}; Ctrl-C stops it",
         file=out,
         flush=True,
     )
-    await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    either: list[asyncio.Future[Any]] = [running, stopped]
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     if running.done():  # the worker failed on its own (the server went away, a fatal error)
         exc = running.exception()
         why = one_line(exc) if exc is not None else "no reason given"

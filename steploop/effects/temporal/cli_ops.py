@@ -116,7 +116,6 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _status(args: argparse.Namespace, out: TextIO) -> int:
-    import asyncio
     from datetime import timedelta
 
     from temporalio.client import WorkflowExecutionStatus
@@ -130,7 +129,7 @@ async def _status(args: argparse.Namespace, out: TextIO) -> int:
         try:
             progress = await handle.query("progress", rpc_timeout=timedelta(seconds=5))
             pending = await handle.query("pending_permissions", rpc_timeout=timedelta(seconds=5))
-        except (RPCError, asyncio.TimeoutError) as e:
+        except (TimeoutError, RPCError) as e:
             print(f"  no worker answered ({one_line(e)})", file=out)
             return EXIT_OK
         print(

@@ -121,7 +121,7 @@ async def turn_traces(
                     continue
                 payloads = event.activity_task_scheduled_event_attributes.input.payloads
                 turn, _path, offset, text = await data_converter.decode(
-                    payloads, [str, Any, int, str]  # type: ignore[list-item]
+                    payloads, [str, Any, int, str]
                 )
                 have = sizes.get(turn, 0)
                 if turn not in texts and offset != 0 and turn not in problems:

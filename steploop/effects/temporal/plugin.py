@@ -185,9 +185,11 @@ class SteploopPlugin(SimplePlugin):
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
         every = self.heartbeat_every
-        for key in ("max_heartbeat_throttle_interval", "default_heartbeat_throttle_interval"):
-            current = config.get(key)
-            if current is None or current > every:
-                config[key] = every  # type: ignore[literal-required]
+        most = config.get("max_heartbeat_throttle_interval")
+        if most is None or most > every:
+            config["max_heartbeat_throttle_interval"] = every
+        usual = config.get("default_heartbeat_throttle_interval")
+        if usual is None or usual > every:
+            config["default_heartbeat_throttle_interval"] = every
         turn_module.ACCEPTED_VERSIONS.update(self.accept_versions)
         return config

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -95,7 +96,7 @@ def split(data: bytes) -> list[bytes]:
         if crc(data[max(0, p - _WINDOW) : p]) & _MASK == 0 and p > cuts[-1]:
             cuts.append(p)
     cuts.append(len(data))
-    return [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [data[a:b] for a, b in itertools.pairwise(cuts) if b > a]
 
 
 @attrs.frozen
