@@ -292,7 +292,9 @@ class SteploopActivities:
                 activity.logger.info("tool call %s answered from the ledger", key)
                 return done
         guarded = call.name in self.guarded
-        if guarded and not rerun and self._started(key):
+        # a run again the client allowed: its first attempt only (a retry of it asks again)
+        again = rerun and activity.info().attempt == 1
+        if guarded and not again and self._started(key):
             activity.logger.warning("tool call %s started before and did not finish", key)
             if on_unfinished == "ask":
                 return dict(UNFINISHED)
