@@ -58,7 +58,12 @@ from steploop.effects.trace import StepRecord, TraceReader, replay_exact
 from steploop.effects.trace_cli import main as trace_cli
 from steploop.reducer.events import ModelCallFailed, ToolFinished, WaitElapsed
 from steploop.reducer.protocol import Ledger as ProtocolLedger
-from tests.support.temporal_world import activities_for, file_activity, time_skipping
+from tests.support.temporal_world import (
+    activities_for,
+    file_activity,
+    replay_executor,
+    time_skipping,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXED = {"created_at": "2026-01-01T00:00:00Z"}
@@ -127,7 +132,7 @@ async def check_determinism(
     with no file read or written but the payload store's; steploop's exact replay over the
     trace the histories hold, which is the trace the activity wrote. Returns the histories."""
     histories = await fetch_histories(client, handle.id)
-    rp = replayer(data_converter=client.data_converter)
+    rp = replayer(data_converter=client.data_converter, workflow_task_executor=replay_executor())
     with file_activity() as opened:
         for history in histories:
             await rp.replay_workflow(history)
@@ -509,9 +514,7 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
     common = ["--address", address, "--task-queue", queue, "--threshold", "4096"]
     home = tmp_path / "home"
     environ = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("XDG_DATA_HOME", "STEPLOOP_TEMPORAL_STORE")
+        k: v for k, v in os.environ.items() if k not in ("XDG_DATA_HOME", "STEPLOOP_TEMPORAL_STORE")
     }
     environ["HOME"] = str(home)
     here, there = tmp_path / "here", tmp_path / "there"

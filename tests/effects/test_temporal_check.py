@@ -34,7 +34,12 @@ from steploop.effects.temporal.client import (
 )
 from steploop.effects.temporal.history import check_histories, turn_traces
 from steploop.reducer.config import RetryPolicy
-from tests.support.temporal_world import activities_for, file_activity, time_skipping
+from tests.support.temporal_world import (
+    activities_for,
+    file_activity,
+    replay_executor,
+    time_skipping,
+)
 
 FIXED = {"created_at": "2026-01-01T00:00:00Z"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,18 +113,16 @@ async def test_a_replay_in_an_empty_directory_reads_and_writes_no_file(
     and with the trace file gone: it passes, opens no file but the payload store's (to read)
     and the modules it imports, and leaves the directory empty."""
     monkeypatch.chdir(tmp_path)
-    rp = replayer(data_converter=env.client.data_converter)
+    rp = replayer(
+        data_converter=env.client.data_converter, workflow_task_executor=replay_executor()
+    )
     with file_activity() as opened:
         for history in recorded:
             await rp.replay_workflow(history)
     roots = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, ROOT / "steploop")]
     store_root = os.path.realpath(store)
     writes = [(p, m) for p, m in opened if any(c in m for c in "wax+")]
-    reads = [
-        p
-        for p, _ in opened
-        if not os.path.realpath(p).startswith((store_root, *roots))
-    ]
+    reads = [p for p, _ in opened if not os.path.realpath(p).startswith((store_root, *roots))]
     assert writes == [] and reads == []
     assert any(os.path.realpath(p).startswith(store_root) for p, _ in opened)  # the 40 KB result
     assert list(tmp_path.iterdir()) == []

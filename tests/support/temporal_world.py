@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "activities_for",
     "file_activity",
     "main",
+    "replay_executor",
     "time_skipping",
 ]
 
@@ -132,16 +135,35 @@ def activities_for(
     )
 
 
+REPLAY_THREADS = "steploop-replay"
+"""The name prefix of the threads a test's Replayer runs workflow code in (see
+:func:`replay_executor`)."""
+
+
+def replay_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The Replayer's ``workflow_task_executor`` for :func:`file_activity` to watch."""
+    return concurrent.futures.ThreadPoolExecutor(thread_name_prefix=REPLAY_THREADS)
+
+
 @contextlib.contextmanager
 def file_activity() -> Iterator[list[tuple[str, str]]]:
-    """Every file this process opens or creates (``(path, mode)``, from the ``open`` audit
-    event) while the block runs."""
+    """Every file opened or created (``(path, mode)``, from the ``open`` audit event) while the
+    block runs, by this thread or by a Replayer's workflow threads (:func:`replay_executor`);
+    not by the threads other tests left behind."""
     seen: list[tuple[str, str]] = []
     on = [True]
+    here = threading.get_ident()
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if on[0] and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            seen.append((os.fsdecode(args[0]), str(args[1]) if len(args) > 1 else "r"))
+        if not on[0] or event != "open" or not args:
+            return
+        if not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        if threading.get_ident() != here and not threading.current_thread().name.startswith(
+            REPLAY_THREADS
+        ):
+            return
+        seen.append((os.fsdecode(args[0]), str(args[1]) if len(args) > 1 else "r"))
 
     sys.addaudithook(hook)  # cannot be removed: switched off when the block ends
     try:
