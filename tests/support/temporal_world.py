@@ -36,6 +36,7 @@ __all__ = [
     "main",
     "replay_executor",
     "time_skipping",
+    "unexpected",
 ]
 
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
@@ -170,6 +171,25 @@ def file_activity() -> Iterator[list[tuple[str, str]]]:
         yield seen
     finally:
         on[0] = False
+
+
+def unexpected(
+    opened: list[tuple[str, str]], store: Path, scope: Path
+) -> list[tuple[str, str]]:
+    """Of the files opened under ``scope`` (the tests' own files: traces, workspaces, working
+    directories), those that are not reads of the payload ``store``. Files elsewhere are left
+    out: the threads and finalizers other tests left behind (a dask cluster scanning its scratch
+    space) run in this process too."""
+    store_root, inside = os.path.realpath(store), os.path.realpath(scope)
+    out = []
+    for path, mode in opened:
+        real = os.path.realpath(path)
+        if not real.startswith(inside):
+            continue
+        writes = any(c in mode for c in "wax+") or (mode.isdigit() and int(mode) & 0o3)
+        if writes or not real.startswith(store_root):
+            out.append((path, mode))
+    return out
 
 
 async def _serve(
