@@ -31,7 +31,13 @@ import attrs
 
 from steploop.effects.importer.causes import CAUSES
 from steploop.effects.importer.places import Children, source_order
-from steploop.effects.importer.session import IMPORTER, FileReport, TurnReport, _Names, import_file
+from steploop.effects.importer.session import (
+    IMPORTER,
+    FileReport,
+    TraceNames,
+    TurnReport,
+    import_file,
+)
 from steploop.effects.importer.source import Problem
 
 __all__ = [
@@ -234,7 +240,7 @@ def import_paths(
         return summary  # nothing to import: nothing written, not even the folder
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    names = _Names(out) if out is not None else None
+    names = TraceNames(out) if out is not None else None
     children = Children()
     report = _Report(out) if out is not None else None
     sizes = [_size(path) for path, _ in sources]

@@ -187,7 +187,7 @@ def _query_source(src: SourceFile, thread: Thread) -> str:
     return f"agent:{thread.agent_id or 'sidechain'}"
 
 
-class _Names:
+class TraceNames:
     """The trace names of one import: a file's traces share its stem (``<stem>.t001``,
     ``<stem>.side1.t001``, unique within the file), so only stems are remembered: a stem an
     earlier file of the import took becomes ``<stem>-2``, ``<stem>-3``, ... One entry per file,
@@ -217,7 +217,7 @@ def import_file(
     out_dir: Path | None,
     *,
     name: str | None = None,
-    names: _Names | None = None,
+    names: TraceNames | None = None,
     on_turn: Callable[[float], None] | None = None,
     children: Children | None = None,
 ) -> FileReport:
@@ -249,7 +249,7 @@ def import_file(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     if names is None and out_dir is not None:
-        names = _Names(out_dir)
+        names = TraceNames(out_dir)
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(src.name).stem)
     if names is not None:
         stem = names.stem(stem)
