@@ -56,7 +56,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    import steploop
     from steploop.effects import answer
     from steploop.effects.answer import PermissionPolicy
     from steploop.effects.temporal.activities import ACTIVITY_NAMES, UNFINISHED
@@ -71,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         withdraws_any,
     )
     from steploop.effects.trace.format import DEFAULT_MESSAGE_WINDOW
+    from steploop.effects.trace.provenance import steploop_version
     from steploop.effects.trace.record import TraceRecorder
     from steploop.effects.trace.resume import INTERRUPTED_TOOL_RESULT
     from steploop.reducer import LoopConfig, LoopState, Request, Session
@@ -110,7 +110,7 @@ __all__ = [
 DECISIONS: Final = ("allow", "deny_by_rule", "rejected_by_user")
 ON_UNFINISHED: Final = ("report", "ask")
 
-STEPLOOP_VERSION: Final[str] = steploop.__version__
+STEPLOOP_VERSION: Final[str] = steploop_version()
 """This worker's steploop version (read once, when the module is imported: never by workflow
 code)."""
 
