@@ -140,6 +140,15 @@ def summarize(m: Message | None, limit: int = 90) -> str:
     return repr(m)  # pragma: no cover
 
 
+#: System messages the machine writes that the comparison leaves out, as it leaves out their
+#: records (IMP-8: retry notices are neither replayed nor compared, IMP-17).
+NOT_COMPARED_SUBTYPES = frozenset({"api_error"})
+
+
+def _notice(m: Message) -> bool:
+    return isinstance(m, SystemMessage) and m.subtype in NOT_COMPARED_SUBTYPES
+
+
 def first_difference(
     expected: list[Item],
     emitted: list[tuple[int, Message]],
@@ -148,7 +157,9 @@ def first_difference(
 ) -> tuple[int, Divergence | None]:
     """Compare in order; returns (messages that matched, the first divergence or None)."""
     got = [
-        (k, m) for k, m in emitted if compare_attachments or not isinstance(m, AttachmentMessage)
+        (k, m)
+        for k, m in emitted
+        if (compare_attachments or not isinstance(m, AttachmentMessage)) and not _notice(m)
     ]
     want = [
         it

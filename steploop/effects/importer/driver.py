@@ -21,6 +21,7 @@ stops there and says why; the trace then ends without an end record.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, TypeAlias
@@ -31,6 +32,7 @@ from steploop.effects.importer.convert import INTERRUPT_TEXTS
 from steploop.effects.importer.infer import stop_reason_for, traits_for
 from steploop.effects.importer.segment import Item
 from steploop.reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
+from steploop.reducer.conversation import estimate_message
 from steploop.reducer.drive import drive
 from steploop.reducer.effects import (
     AskPermission,
@@ -65,6 +67,7 @@ from steploop.reducer.messages import (
     Usage,
     UserMessage,
 )
+from steploop.reducer.texts import USAGE_LIMIT_PREFIX
 from steploop.reducer.transitions import Terminal
 
 Fed: TypeAlias = tuple[Event, tuple[str, ...]]
@@ -76,7 +79,13 @@ UNKNOWN_TOOL_PREFIX = "<tool_use_error>Error: No such tool available:"
 SIBLING_CANCEL_PREFIX = "<tool_use_error>Cancelled: parallel tool call"
 #: How Claude Code's synthetic result for a tool the user's interrupt stopped begins.
 REJECT_PREFIX = "The user doesn't want to proceed with this tool use"
+#: How every version's text for a call the user stopped begins (REJECT_MESSAGE, and the
+#: older "The user doesn't want to take this action right now" wording): IMP-21.
+STOPPED_PREFIX = "The user doesn't want to "
 INTERRUPT_TOOLS = "[Request interrupted by user for tool use]"
+#: A record's usage shows at most this many output tokens when it holds message_start's usage,
+#: not the response's final one (VER-7).
+START_OUTPUT_TOKENS = 5
 
 #: Claude Code's API-error categories (the record's ``error``) as steploop failure kinds.
 _API_ERROR_KINDS = {
@@ -91,23 +100,67 @@ _API_ERROR_KINDS = {
 }
 
 
+_STATUS = re.compile(r"^API Error: (\d{3})\b")
+
+
 def api_failure_kind(message: AssistantMessage) -> str:
-    """IMP-17: the failure kind an API-error record stands for."""
+    """IMP-17: the failure kind an API-error record stands for: by its `error` field; where
+    that says nothing (`unknown`, or no field: 1.0.x), by its HTTP status (the record's
+    `apiErrorStatus`, or the `API Error: NNN` its text begins with): 429 rate limited, 529
+    overloaded, another 5xx a server error, 401/403 authentication, another 4xx an invalid
+    request; a usage limit (`Claude AI usage limit reached|<epoch>`) is rate limited, a
+    connection error or a timeout a connection failure (VER-11)."""
     err = message.api_error
     text = err.message if err is not None else ""
     if text.startswith("Prompt is too long"):
         return "prompt_too_long"
-    return _API_ERROR_KINDS.get(err.kind if err is not None else "unknown", "unknown")
+    kind = _API_ERROR_KINDS.get(err.kind if err is not None else "unknown", "unknown")
+    if kind != "unknown":
+        return kind
+    status = err.status if err is not None else None
+    m = _STATUS.match(text)
+    if status is None and m is not None:
+        status = int(m.group(1))
+    if status is not None:
+        if status == 429:
+            return "rate_limited"
+        if status == 529:
+            return "overloaded"
+        if status >= 500:
+            return "server_error"
+        if status in (401, 403):
+            return "auth"
+        if 400 <= status < 500:
+            return "invalid_request"
+    if text.startswith(USAGE_LIMIT_PREFIX):
+        return "rate_limited"
+    low = text.lower()
+    if "connection error" in low or "timed out" in low or "timeout" in low:
+        return "connection"
+    return "unknown"
 
 
 @attrs.define
 class _Open:
-    """The response being streamed: its id, the call it answers, its last record so far."""
+    """The response being streamed: its id, the call it answers, its last record so far, and
+    the rough estimate of its blocks (VER-7)."""
 
     response_id: str
     call_id: int
     last: AssistantMessage
     has_tool_use: bool = False
+    estimate: int = 0
+    first_estimate: int = 0
+
+
+@attrs.frozen
+class _Compacted:
+    """A response an auto compaction follows (VER-7): Claude Code's count there (the
+    boundary's ``preTokens``) and the estimate of what the transcript adds after the
+    response's last record before the boundary."""
+
+    pre_tokens: int
+    after: int
 
 
 class TurnDriver:
@@ -143,6 +196,7 @@ class TurnDriver:
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
         self._hook_stopped: set[int] = set()
+        self._compacted: dict[str, _Compacted] = {}
         self.last_turn = False
         self._open: _Open | None = None
         self._now = request.at_ms
@@ -240,6 +294,12 @@ class TurnDriver:
         r = s.round
         return s.phase == "streaming" and not r.blocks and not r.ended and r.call_id > 0
 
+    def _count(self) -> int:
+        """The context count the machine compares with its thresholds (R-TOK-1, VER-3)."""
+        s = self.state
+        mode = self.config.legacy.context_count
+        return max(0, s.conversation.token_count(mode) - s.tokens_freed)
+
     def _waits(self) -> str:
         s = self.state
         r = s.round
@@ -249,7 +309,7 @@ class TurnDriver:
             names = [f"{sl.name} {sl.tool_use_id}" for sl in r.slots if sl.status != "done"]
             return f"{s.phase}, waiting for {', '.join(names) or 'nothing'}"
         if s.phase == "compacting":
-            return f"compacting (context {s.conversation.token_count():,} tokens)"
+            return f"compacting (context {self._count():,} tokens)"
         return s.phase
 
     # -- one method per kind of record ---------------------------------------------------------
@@ -280,6 +340,7 @@ class TurnDriver:
         self.last_turn = not may_answer_empty
         self._interrupted_results = _interrupted_results(items)
         self._hook_stopped = _hook_stopped_results(items)
+        self._compacted = _compacted_responses(items)
         self._script = self._feed_all(items, may_answer_empty)
 
     def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Generator[Fed, None, None]:
@@ -326,17 +387,43 @@ class TurnDriver:
         self._open = None
         last = o.last
         reason = stop_reason_for(last.stop_reason, o.has_tool_use, mot)
-        rules = ("IMP-14",) if last.stop_reason is None else ()
+        rules: tuple[str, ...] = ("IMP-14",) if last.stop_reason is None else ()
+        usage = last.usage or Usage()
+        output = self._final_output(o, usage)
+        if output is not None:
+            usage = attrs.evolve(usage, output_tokens=output)
+            rules = (*rules, "VER-7")
         yield (
             ModelResponseEnded(
                 call_id=o.call_id,
                 model=last.model or self.state.model,
                 stop_reason=reason,
-                usage=last.usage or Usage(),
+                usage=usage,
                 at_ms=self._now,
             ),
             rules,
         )
+
+    def _final_output(self, o: _Open, usage: Usage) -> int | None:
+        """VER-7: the response's final output tokens where its records hold message_start's
+        usage (at most START_OUTPUT_TOKENS out, while its blocks say more): the count an auto
+        compaction right after it recorded (``preTokens``) implies, when that is plausible,
+        else the rough estimate of its blocks. None: the recorded usage stands."""
+        if usage.output_tokens > START_OUTPUT_TOKENS or o.estimate <= usage.output_tokens:
+            return None
+        comp = self._compacted.get(o.response_id)
+        if comp is not None:
+            mode = self.config.legacy.context_count
+            rest = usage.total - usage.output_tokens
+            if mode == "estimate_from_last":
+                rest += comp.after
+            elif mode == "estimate_from_first":
+                rest += comp.after + (o.estimate - o.first_estimate)
+            implied = comp.pre_tokens - rest
+            # plausible: at least the recorded count, at most four times the estimate
+            if usage.output_tokens <= implied <= 4 * o.estimate + 1_000:
+                return implied
+        return o.estimate
 
     def _answer_empty(self) -> Iterator[Fed]:
         """IMP-16: a call the transcript shows no answer for had an empty one."""
@@ -365,8 +452,29 @@ class TurnDriver:
                     f"the model: it is {self._waits()}"
                 )
                 return
-            self._open = _Open(response_id=m.response_id, call_id=self.state.round.call_id, last=m)
+            if len(m.content) > 1 and self.state.round.streaming:
+                # VER-8: a record holding a whole response is the non-streaming fallback's
+                # answer: the streaming attempt broke and the call was made again without it
+                yield (
+                    ModelCallFailed(
+                        call_id=self.state.round.call_id,
+                        kind="stream_broken",
+                        message="the stream broke; the answer came without streaming",
+                        at_ms=it.at_ms or self._now,
+                    ),
+                    ("VER-8",),
+                )
+                if not self.active or not self._call_waiting():
+                    return
+            first = estimate_message(m)
+            self._open = _Open(
+                response_id=m.response_id,
+                call_id=self.state.round.call_id,
+                last=m,
+                first_estimate=first,
+            )
         o = self._open
+        o.estimate += estimate_message(m)
         for b in m.content:
             traits = None
             rules: tuple[str, ...] = ()
@@ -381,7 +489,12 @@ class TurnDriver:
                 o.has_tool_use = True
             yield (
                 ModelBlockReceived(
-                    call_id=o.call_id, block=b, tool=traits, at_ms=it.at_ms or self._now
+                    call_id=o.call_id,
+                    block=b,
+                    tool=traits,
+                    # R-MODEL-1: the record names the model that served it (message_start)
+                    model=m.model or None,
+                    at_ms=it.at_ms or self._now,
                 ),
                 rules,
             )
@@ -429,6 +542,7 @@ class TurnDriver:
             if status == "done":
                 return  # the machine's own result (synthetic, sibling-cancelled, unknown tool)
             if status == "running":
+                model = _switched_model(it)
                 yield (
                     ToolFinished(
                         generation=self.state.round.generation,
@@ -436,9 +550,10 @@ class TurnDriver:
                         content=b.content,
                         is_error=b.is_error,
                         hook_stopped=it.line in self._hook_stopped,
+                        model=model,
                         at_ms=it.at_ms or self._now,
                     ),
-                    (),
+                    ("VER-9",) if model is not None else (),
                 )
                 return
             if status == "asking":  # pragma: no cover - permissions are answered at once
@@ -530,7 +645,7 @@ class TurnDriver:
             pre = meta.get("preTokens") if isinstance(meta, dict) else None
             self._stop(
                 f"Claude Code auto-compacted here (preTokens {pre}); the machine, counting "
-                f"{self.state.conversation.token_count():,} tokens against its threshold "
+                f"{self._count():,} tokens against its threshold "
                 f"{self.config.autocompact_threshold:,}, is {self._waits()}"
             )
             return
@@ -645,7 +760,7 @@ def _interrupted_results(items: list[Item]) -> set[int]:
     interrupted; the machine writes them and the marker itself."""
     out: set[int] = set()
     for i, it in enumerate(items):
-        if it.kind != "result" or not (_result_text(it) or "").startswith(REJECT_PREFIX):
+        if it.kind != "result" or not (_result_text(it) or "").startswith(STOPPED_PREFIX):
             continue
         for nxt in items[i + 1 :]:
             if nxt.kind in ("result", "system_other", "queue", "command", "retry_notice"):
@@ -653,4 +768,43 @@ def _interrupted_results(items: list[Item]) -> set[int]:
             if nxt.kind == "interrupt":
                 out.add(it.line)
             break
+    return out
+
+
+def _switched_model(it: Item) -> str | None:
+    """VER-9: the model a Skill's result sets for the rest of the turn (``toolUseResult.model``:
+    the skill's definition names one; Claude Code's context modifier switches the main loop)."""
+    result = it.record.get("toolUseResult")
+    if isinstance(result, dict) and isinstance(result.get("commandName"), str):
+        model = result.get("model")
+        if isinstance(model, str) and model:
+            return model
+    return None
+
+
+_AFTER_KINDS = frozenset({"result", "inserted", "stop_feedback", "machine_attachment", "hook_stop"})
+
+
+def _compacted_responses(items: list[Item]) -> dict[str, _Compacted]:
+    """VER-7: the responses an auto compaction follows before any other response, with the
+    boundary's ``preTokens`` and the estimate of the messages between them."""
+    out: dict[str, _Compacted] = {}
+    current: str | None = None
+    after = 0
+    for it in items:
+        m = it.message
+        if it.kind == "block" and isinstance(m, AssistantMessage):
+            if m.response_id != current:
+                current = m.response_id
+            after = 0
+        elif it.kind in _AFTER_KINDS and m is not None:
+            after += estimate_message(m)
+        elif it.kind == "compact" and current is not None:
+            meta = it.record.get("compactMetadata")
+            pre = meta.get("preTokens") if isinstance(meta, dict) else None
+            if isinstance(pre, int) and not isinstance(pre, bool) and pre > 0:
+                out[current] = _Compacted(pre_tokens=pre, after=after)
+            current = None
+        elif it.kind in ("api_error", "interrupt", "candidate"):
+            current = None
     return out

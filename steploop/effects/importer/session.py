@@ -19,7 +19,7 @@ import attrs
 from steploop.effects.importer.chain import Thread, threads
 from steploop.effects.importer.compare import COMPARED_KINDS, Divergence, first_difference
 from steploop.effects.importer.driver import SIBLING_CANCEL_PREFIX, UNKNOWN_TOOL_PREFIX, TurnDriver
-from steploop.effects.importer.infer import config_for
+from steploop.effects.importer.infer import config_for, profile_basis, turn_version
 from steploop.effects.importer.segment import Item, Segment, segments
 from steploop.effects.importer.source import Problem, SourceFile, read_source
 from steploop.effects.trace import make_provenance, record_sequence
@@ -75,6 +75,8 @@ class TurnReport:
     divergence: Divergence | None
     inferred: dict[str, int]
     left_out: dict[str, int]
+    profile: str = "claude_code_2_1_88"  # the profile the turn ran under (VER-0)
+    basis: str = ""  # how that profile was chosen (VER-0)
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=True)
@@ -194,9 +196,11 @@ def import_file(
     name: str | None = None,
     names: _Names | None = None,
     on_turn: Callable[[float], None] | None = None,
+    profile: str | None = None,
 ) -> FileReport:
     """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing).
-    ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far."""
+    ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far.
+    ``profile``: run every turn under this named profile, not its version's (VER-0)."""
     src = read_source(path, name)
     report = FileReport(
         file=src.name,
@@ -228,7 +232,9 @@ def import_file(
         if th.kind != "main":
             side += 1
         try:
-            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, report, on_turn)
+            _import_turns(
+                src, th, _thread_tag(th, side), stem, out_dir, report, on_turn, profile
+            )
         except OSError as e:  # the output folder: full, read-only, ...
             src.problem(None, f"cannot write the traces: {e.strerror or e}")
         except Exception as e:  # a bug of the importer must not end the import with a traceback
@@ -249,8 +255,9 @@ def _import_turns(
     out_dir: Path | None,
     report: FileReport,
     on_turn: Callable[[float], None] | None = None,
+    profile: str | None = None,
 ) -> None:
-    for turn in _import_thread(src, th):
+    for turn in _import_thread(src, th, profile):
         rep, driver, cfg, request, session, _seg = turn
         path_out: Path | None = None
         if out_dir is not None:
@@ -261,6 +268,7 @@ def _import_turns(
                 session_id=rep.session_id,
                 thread=rep.thread,
                 claude_code_version=rep.version,
+                profile_basis=rep.basis,
                 importer=IMPORTER,
                 turn=rep.turn,
                 reproduced=rep.reproduced,
@@ -283,7 +291,7 @@ def _inferred_text(inferred: dict[str, list[int]]) -> str:
 
 
 def _import_thread(
-    src: SourceFile, th: Thread
+    src: SourceFile, th: Thread, profile: str | None = None
 ) -> Iterator[tuple[TurnReport, TurnDriver, LoopConfig, Request, Session | None, Segment]]:
     conv = Conversation.empty()
     queue: deque[str] = deque()
@@ -311,11 +319,14 @@ def _import_thread(
         )
         model = first_model or model
         largest = max(largest, _largest_context(items))
+        version = turn_version([str(it.record.get("version") or "") for it in items])
         cfg = config_for(
             model,
             query_source=_query_source(src, th),
             agent_id=th.agent_id if th.kind != "main" else None,
             largest_context=largest,
+            version=version,
+            profile_name=profile,
         )
         request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
@@ -357,6 +368,8 @@ def _import_thread(
             divergence=div,
             inferred={k: len(v) for k, v in sorted(driver.inferred.items())},
             left_out=dict(left_out),
+            profile=cfg.profile_name,
+            basis=profile_basis(version, profile),
         )
         yield rep, driver, cfg, request, session, seg
         del driver, rep, request, session  # one turn at a time: release it before the next
