@@ -215,8 +215,9 @@ VERSION_ROWS: Final[tuple[VersionRow, ...]] = (
                 "2.1.38",
                 "2.1.88",
                 20_000,
-                "specs/import.md section 10 (spotter auto compactions at 167,094 and 170,251 "
-                "after rounds above 155,000); specs/rules.md R-CTX-1",
+                "tests/data/cc-transcripts/spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl:1041-1256 "
+                "(2.1.39: 19 model calls at 155,005 to 166,759 tokens in, then the auto "
+                "compaction at preTokens 167,094); specs/rules.md R-CTX-1",
             ),
         ),
     ),
@@ -229,18 +230,19 @@ VERSION_ROWS: Final[tuple[VersionRow, ...]] = (
                 "1.0.29",
                 "2.0.76",
                 False,
-                "tests/data/cc-transcripts/erk/8ced4264-c1fc-40fa-b5d9-9e14af62fad0.jsonl and "
-                "fasthooks/sample_main_transcript.jsonl (2.0.67, 2.0.76: no tool result before "
-                "a later block of its own response in 123 multi-block responses); "
-                "ccviewer/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl (1.0.98: none in 88)",
+                "tests/data/cc-transcripts/erk/8ced4264-c1fc-40fa-b5d9-9e14af62fad0.jsonl, "
+                "fasthooks/sample_main_transcript.jsonl, ccviewer/"
+                "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl (2.0.67, 2.0.76, 1.0.98: no tool "
+                "result between the records of one response, in 223 responses of several records)",
             ),
             Known(
                 "2.1.38",
                 "2.1.88",
                 True,
-                "tests/data/cc-transcripts/spotter/subagent.jsonl:22 (2.1.38: a result before "
-                "its response's later block); erk/393e5f27-e608-4173-adcc-fcef1abcc750.jsonl:160 "
-                "(2.1.56); specs/rules.md R-TOOL-1",
+                "tests/data/cc-transcripts/spotter/subagent.jsonl:22 (2.1.38: a block of a "
+                "response written after a tool result of the same response); "
+                "erk/393e5f27-e608-4173-adcc-fcef1abcc750.jsonl:159-161 (2.1.56); "
+                "specs/rules.md R-TOOL-1",
             ),
         ),
     ),

@@ -41,10 +41,11 @@ def msg_id(s: LoopState) -> tuple[LoopState, str]:
     return evolve(s, ids=evolve(s.ids, msg=n)), f"m{n}"
 
 
-def count(s: LoopState, cfg: LoopConfig) -> int:
+def count(s: LoopState, cfg: LoopConfig | None = None) -> int:
     """Context size the thresholds compare against [R-TOK-1], counted as the profile's
-    version counted it [VER-3]."""
-    return max(0, s.conversation.token_count(cfg.legacy.context_count) - s.tokens_freed)
+    version counted it [VER-3] (``cfg`` None: as 2.1.88 counts)."""
+    mode = "estimate_from_first" if cfg is None else cfg.legacy.context_count
+    return max(0, s.conversation.token_count(mode) - s.tokens_freed)
 
 
 def api_error(
