@@ -257,7 +257,8 @@ VERSION_ROWS: Final[tuple[VersionRow, ...]] = (
                 True,
                 "specs/import.md VER-6 (real 1.0.8x sessions: `API Error: 502 …` with no "
                 "`error` field, `Claude AI usage limit reached|<epoch>`); "
-                "tests/data/cc-transcripts/derived/api_errors_1_0.jsonl",
+                "tests/data/cc-transcripts/derived/api_error_502_1_0.jsonl, "
+                "derived/usage_limit_1_0.jsonl",
             ),
             Known(
                 "2.1.56",

@@ -136,10 +136,10 @@ def _stuck_cause(why: str, driver: TurnDriver) -> str:
         return "unknown-call"
     if "turn ends here" in why:
         return "cut-off" if driver.last_turn else "turn-goes-on"
-    if "is done" in why:
-        return "turn-ended-early"
     if "shows stop hooks here" in why:
         return "stop-hook-timing"
+    if "is done" in why:
+        return "turn-ended-early"
     if "does not call the model" in why:
         if "running_tools" in why or "draining" in why:
             return "response-while-tools-run"

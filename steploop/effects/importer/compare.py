@@ -212,7 +212,9 @@ def _details(exp: Message, got: Message) -> list[tuple[str, str, str]]:
                 both("error field", error_field(ea) or "(none)", error_field(ga) or "(none)")
             if ea.message != ga.message:
                 at = _first_diff_at(ea.message, ga.message)
-                both(f"text at {at}", repr(_excerpt(ea.message, at)), repr(_excerpt(ga.message, at)))
+                both(
+                    f"text at {at}", repr(_excerpt(ea.message, at)), repr(_excerpt(ga.message, at))
+                )
     if isinstance(exp, UserMessage) and isinstance(got, UserMessage) and exp.is_meta != got.is_meta:
         both("meta", exp.is_meta, got.is_meta)
     if isinstance(exp, SystemMessage) and isinstance(got, SystemMessage):
@@ -225,9 +227,12 @@ def _details(exp: Message, got: Message) -> list[tuple[str, str, str]]:
         for key in sorted(set(ed) | set(gd)):
             if ed.get(key) != gd.get(key):
                 both(key, repr(ed.get(key)), repr(gd.get(key)))
-    if isinstance(exp, (UserMessage, AssistantMessage)) and isinstance(
-        got, (UserMessage, AssistantMessage)
-    ):
+    api_errors = isinstance(exp, AssistantMessage) and exp.api_error is not None
+    if (
+        isinstance(exp, (UserMessage, AssistantMessage))
+        and isinstance(got, (UserMessage, AssistantMessage))
+        and not (api_errors and out)
+    ):  # an API error's text is its one block: said once
         eb, gb = _block_fields(exp), _block_fields(got)
         if len(eb) != len(gb):
             both("blocks", len(eb), len(gb))
@@ -243,7 +248,9 @@ def _details(exp: Message, got: Message) -> list[tuple[str, str, str]]:
                     continue
                 if isinstance(a, str) and isinstance(b, str):
                     at = _first_diff_at(a, b)
-                    both(f"block {i + 1} {key} at {at}", repr(_excerpt(a, at)), repr(_excerpt(b, at)))
+                    both(
+                        f"block {i + 1} {key} at {at}", repr(_excerpt(a, at)), repr(_excerpt(b, at))
+                    )
                 else:
                     both(f"block {i + 1} {key}", repr(a)[:40], repr(b)[:40])
                 break

@@ -109,7 +109,7 @@ def api_failure_kind(message: AssistantMessage) -> str:
     `apiErrorStatus`, or the `API Error: NNN` its text begins with): 429 rate limited, 529
     overloaded, another 5xx a server error, 401/403 authentication, another 4xx an invalid
     request; a usage limit (`Claude AI usage limit reached|<epoch>`) is rate limited, a
-    connection error or a timeout a connection failure (VER-11)."""
+    connection error or a timeout a connection failure (VER-10)."""
     err = message.api_error
     text = err.message if err is not None else ""
     if text.startswith("Prompt is too long"):
