@@ -259,6 +259,28 @@ def test_a_response_s_output_tokens_come_from_its_blocks_or_from_the_compaction_
     assert turn.divergence is not None and turn.divergence.cause == "auto-compact-timing"
 
 
+@pytest.mark.spec("VER-7", "VER-3")
+@pytest.mark.parametrize(("version", "output"), [("2.1.39", 100), ("2.1.88", 1)])
+def test_the_estimate_stands_for_the_output_only_where_the_count_anchors_at_the_usage(
+    tmp_path: Path, version: str, output: int
+) -> None:
+    """2.1.39 counted the last record's usage: its missing output is the blocks' estimate (400
+    characters, 100 tokens); 2.1.88 anchors at the first record (message_start's usage) and
+    estimates the blocks itself, so the recorded usage stands."""
+    recs = [
+        _user("u1", None, "go", version),
+        _assistant("a1", "u1", "m1", _text("x" * 400), version, output_tokens=1),
+    ]
+    import_file(_write(tmp_path, recs), tmp_path / "out")
+    reader = TraceReader(tmp_path / "out" / "s1.t001.jsonl")
+    (end,) = [
+        r.event
+        for r in reader
+        if isinstance(r, StepRecord) and isinstance(r.event, ModelResponseEnded)
+    ]
+    assert end.usage.output_tokens == output
+
+
 @pytest.mark.spec("VER-8", "Q-14")
 def test_a_non_streaming_answer_is_fed_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The record holding a whole response after a connection error: fed after a broken stream,

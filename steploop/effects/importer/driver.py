@@ -408,7 +408,8 @@ class TurnDriver:
         """VER-7: the response's final output tokens where its records hold message_start's
         usage (at most START_OUTPUT_TOKENS out, while its blocks say more): the count an auto
         compaction right after it recorded (``preTokens``) implies, when that is plausible,
-        else the rough estimate of its blocks. None: the recorded usage stands."""
+        else the rough estimate of its blocks (not under 2.1.88's count, which anchors at the
+        first record and estimates the others). None: the recorded usage stands."""
         if usage.output_tokens > START_OUTPUT_TOKENS or o.estimate <= usage.output_tokens:
             return None
         comp = self._compacted.get(o.response_id)
@@ -423,6 +424,10 @@ class TurnDriver:
             # plausible: at least the recorded count, at most four times the estimate
             if usage.output_tokens <= implied <= 4 * o.estimate + 1_000:
                 return implied
+        if self.config.legacy.context_count == "estimate_from_first":
+            # 2.1.88 anchors at the first record, whose usage is message_start's, and estimates
+            # the later blocks: the count lacks nothing the records hold
+            return None
         return o.estimate
 
     def _answer_empty(self) -> Iterator[Fed]:

@@ -31,18 +31,20 @@ def _dump(records: list[Record]) -> str:
 
 
 def _without(records: list[Record], drop: Callable[[Record], bool]) -> list[Record]:
-    """The records less those ``drop`` picks, each child of a dropped record linked to its
-    parent (the chain stays whole)."""
+    """The records less those ``drop`` picks, each child of a dropped record (by ``parentUuid``
+    or, for a compact boundary, ``logicalParentUuid``) linked to its parent: the chain stays
+    whole."""
     parent_of = {r["uuid"]: r.get("parentUuid") for r in records if drop(r) and "uuid" in r}
     out = []
     for r in records:
         if drop(r):
             continue
-        p = r.get("parentUuid")
-        while p in parent_of:
-            p = parent_of[p]
-        if "parentUuid" in r:
-            r = {**r, "parentUuid": p}
+        for key in ("parentUuid", "logicalParentUuid"):
+            p = r.get(key)
+            while p in parent_of:
+                p = parent_of[p]
+            if key in r:
+                r = {**r, key: p}
         out.append(r)
     return out
 
