@@ -377,6 +377,43 @@ def test_an_interrupt_while_tools_run_writes_the_marker_for_tool_use() -> None:
     assert turn.reproduced and turn.terminal == "aborted_tools"
 
 
+@pytest.mark.spec("IMP-21", "IMP-15", "VER-5", "R-PERM-3")
+@pytest.mark.parametrize("version", ["2.0.76", "2.1.56"])
+def test_a_call_the_user_refused_is_a_rejection_in_every_version(
+    tmp_path: Path, version: str
+) -> None:
+    """Claude Code's rejection text, then `[Request interrupted by user for tool use]`: the
+    call's permission is answered `rejected_by_user` where its result stands, so the machine
+    writes the rejection text and the marker, with the streaming executor (2.1.x) or without
+    it (2.0.x, whose interrupted calls would otherwise read `Interrupted by user`)."""
+    reject = (
+        "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if "
+        "it was a file edit, the new_string was NOT written to the file). STOP what you are "
+        "doing and wait for the user to tell you how to proceed."
+    )
+    recs = [
+        _user("u1", None, "fix it", version),
+        _assistant("a1", "u1", "m1", _text("I'll edit the file."), version),
+        _assistant(
+            "a2",
+            "a1",
+            "m1",
+            {"type": "tool_use", "id": "t1", "name": "Edit", "input": {"file_path": "/a"}},
+            version,
+        ),  # fmt: skip
+        _user(
+            "r1",
+            "a2",
+            [{"type": "tool_result", "tool_use_id": "t1", "content": reject, "is_error": True}],
+            version,
+        ),  # fmt: skip
+        _user("i1", "r1", [_text("[Request interrupted by user for tool use]")], version),
+    ]
+    (turn,) = import_file(_write(tmp_path, recs), None).turns
+    assert turn.reproduced, turn.divergence
+    assert turn.terminal == "aborted_tools" and turn.inferred["IMP-21"] == 1
+
+
 @pytest.mark.spec("IMP-21")
 def test_an_older_wording_of_a_stopped_call_is_an_interrupt(tmp_path: Path) -> None:
     """ "The user doesn't want to take this action right now…" before the marker: the user's

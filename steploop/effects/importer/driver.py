@@ -195,6 +195,8 @@ class TurnDriver:
         self._unknown = unknown_tools
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
+        self._rejected: dict[str, int] = {}  # IMP-21: call -> the line of its rejection
+        self._held: set[str] = set()  # calls whose permission waits for their rejection
         self._hook_stopped: set[int] = set()
         self._compacted: dict[str, _Compacted] = {}
         self.last_turn = False
@@ -248,6 +250,9 @@ class TurnDriver:
             ):
                 self.emitted.append((n, item))  # type: ignore[arg-type]
         elif isinstance(effect, AskPermission):  # IMP-15: every permission was given
+            if effect.tool_use_id in self._rejected:  # IMP-21: but this one, where it stands
+                self._held.add(effect.tool_use_id)
+                return None
             return [
                 self._answer(
                     PermissionAnswered(
@@ -339,6 +344,7 @@ class TurnDriver:
         :func:`steploop.reducer.drive.check_world`."""
         self.last_turn = not may_answer_empty
         self._interrupted_results = _interrupted_results(items)
+        self._rejected = _rejected_calls(items, self._interrupted_results)
         self._hook_stopped = _hook_stopped_results(items)
         self._compacted = _compacted_responses(items)
         self._script = self._feed_all(items, may_answer_empty)
@@ -518,6 +524,20 @@ class TurnDriver:
             if self.terminal is None:
                 if self._open is not None:
                     yield from self._end_response()
+                call = _first_result_id(it)
+                if call is not None and call in self._held and self.active:
+                    # the call the user refused at its permission question
+                    self._held.discard(call)
+                    yield (
+                        PermissionAnswered(
+                            generation=self.state.round.generation,
+                            tool_use_id=call,
+                            decision="rejected_by_user",
+                            at_ms=it.at_ms or self._now,
+                        ),
+                        ("IMP-21",),
+                    )
+                    return
                 yield Interrupted(kind="hard", at_ms=it.at_ms or self._now), ("IMP-21",)
             return
         for b in m.content:
@@ -743,6 +763,33 @@ def _result_text(it: Item) -> str | None:
             if isinstance(b, ToolResultBlock):
                 return b.content
     return None
+
+
+def _first_result_id(it: Item) -> str | None:
+    m = it.message
+    if isinstance(m, UserMessage):
+        for b in m.content:
+            if isinstance(b, ToolResultBlock):
+                return b.tool_use_id
+    return None
+
+
+def _rejected_calls(items: list[Item], interrupted: set[int]) -> dict[str, int]:
+    """IMP-21: the first call of each run of interrupted results is the one the user refused
+    (at its permission question, or while it ran): its permission is answered
+    ``rejected_by_user`` where its result stands."""
+    out: dict[str, int] = {}
+    previous_interrupted = False
+    for it in items:
+        if it.kind == "result" and it.line in interrupted:
+            if not previous_interrupted:
+                call = _first_result_id(it)
+                if call is not None:
+                    out[call] = it.line
+            previous_interrupted = True
+        elif it.kind not in ("system_other", "queue", "command", "retry_notice"):
+            previous_interrupted = False
+    return out
 
 
 def _hook_stopped_results(items: list[Item]) -> set[int]:
