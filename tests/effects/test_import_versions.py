@@ -400,13 +400,13 @@ def test_a_call_the_user_refused_is_a_rejection_in_every_version(
             "m1",
             {"type": "tool_use", "id": "t1", "name": "Edit", "input": {"file_path": "/a"}},
             version,
-        ),  # fmt: skip
+        ),
         _user(
             "r1",
             "a2",
             [{"type": "tool_result", "tool_use_id": "t1", "content": reject, "is_error": True}],
             version,
-        ),  # fmt: skip
+        ),
         _user("i1", "r1", [_text("[Request interrupted by user for tool use]")], version),
     ]
     (turn,) = import_file(_write(tmp_path, recs), None).turns
