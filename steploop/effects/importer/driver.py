@@ -149,8 +149,16 @@ class _Open:
     call_id: int
     last: AssistantMessage
     has_tool_use: bool = False
-    estimate: int = 0
-    first_estimate: int = 0
+    records: list[AssistantMessage] = attrs.field(factory=list)
+
+    @property
+    def estimate(self) -> int:
+        """The rough estimate of the response's blocks (R-TOK-1), computed when asked."""
+        return sum(estimate_message(m) for m in self.records)
+
+    @property
+    def first_estimate(self) -> int:
+        return estimate_message(self.records[0]) if self.records else 0
 
 
 @attrs.frozen
@@ -416,7 +424,10 @@ class TurnDriver:
         compaction right after it recorded (``preTokens``) implies, when that is plausible,
         else the rough estimate of its blocks (not under 2.1.88's count, which anchors at the
         first record and estimates the others). None: the recorded usage stands."""
-        if usage.output_tokens > START_OUTPUT_TOKENS or o.estimate <= usage.output_tokens:
+        if usage.output_tokens > START_OUTPUT_TOKENS:
+            return None
+        estimate = o.estimate
+        if estimate <= usage.output_tokens:
             return None
         comp = self._compacted.get(o.response_id)
         if comp is not None:
@@ -425,16 +436,16 @@ class TurnDriver:
             if mode == "estimate_from_last":
                 rest += comp.after
             elif mode == "estimate_from_first":
-                rest += comp.after + (o.estimate - o.first_estimate)
+                rest += comp.after + (estimate - o.first_estimate)
             implied = comp.pre_tokens - rest
             # plausible: at least the recorded count, at most four times the estimate
-            if usage.output_tokens <= implied <= 4 * o.estimate + 1_000:
+            if usage.output_tokens <= implied <= 4 * estimate + 1_000:
                 return implied
         if self.config.legacy.context_count == "estimate_from_first":
             # 2.1.88 anchors at the first record, whose usage is message_start's, and estimates
             # the later blocks: the count lacks nothing the records hold
             return None
-        return o.estimate
+        return estimate
 
     def _answer_empty(self) -> Iterator[Fed]:
         """IMP-16: a call the transcript shows no answer for had an empty one."""
@@ -477,15 +488,9 @@ class TurnDriver:
                 )
                 if not self.active or not self._call_waiting():
                     return
-            first = estimate_message(m)
-            self._open = _Open(
-                response_id=m.response_id,
-                call_id=self.state.round.call_id,
-                last=m,
-                first_estimate=first,
-            )
+            self._open = _Open(response_id=m.response_id, call_id=self.state.round.call_id, last=m)
         o = self._open
-        o.estimate += estimate_message(m)
+        o.records.append(m)
         for b in m.content:
             traits = None
             rules: tuple[str, ...] = ()
@@ -841,6 +846,8 @@ def _compacted_responses(items: list[Item]) -> dict[str, _Compacted]:
     """VER-7: the responses an auto compaction follows before any other response, with the
     boundary's ``preTokens`` and the estimate of the messages between them."""
     out: dict[str, _Compacted] = {}
+    if not any(it.kind == "compact" for it in items):
+        return out  # the common case: a turn without an auto compaction
     current: str | None = None
     after = 0
     for it in items:
