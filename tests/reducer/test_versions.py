@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import run_state_machine_as_test
 
 from steploop.reducer import (
     ConfigError,
@@ -35,6 +37,7 @@ from steploop.reducer.messages import (
     Usage,
     UserMessage,
 )
+from steploop.reducer.testing import LoopMachine, ci_settings, configs
 from tests.reducer.driver import SAFE, UNSAFE, Driver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,3 +327,17 @@ def test_the_block_event_takes_the_served_model() -> None:
     d.feed(ModelBlockReceived(call_id=d.call_id, block=TextBlock(text="hi"), model="claude-x"))
     (m,) = [x for x in d.emitted() if isinstance(x, AssistantMessage)]
     assert m.model == "claude-x"
+
+
+class LegacyMachine(LoopMachine):
+    """The Hypothesis machine under the Claude Code profiles with the legacy behaviours drawn."""
+
+    def configs(self) -> st.SearchStrategy[LoopConfig]:
+        return configs(profiles=("claude_code_2_1_88", "full"), toggle_legacy=True)
+
+
+@pytest.mark.spec("P-VERSION-1", "VER-1", "VER-2", "VER-3", "VER-6")
+def test_the_invariants_hold_under_every_version_s_behaviours() -> None:
+    """Random sessions under the Claude Code profiles with every legacy behaviour drawn: every
+    invariant of the catalogue holds on every transition (INV-6 not under VER-1)."""
+    run_state_machine_as_test(LegacyMachine, settings=ci_settings())
