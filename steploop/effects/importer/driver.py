@@ -16,20 +16,36 @@ what the machine emits) and asks :meth:`TurnDriver.next_event` for the next even
 nothing is queued. The driver never decides what the machine does: it only answers. When the transcript cannot
 answer what the machine waits for (the machine compacts where Claude Code called the model, a
 result arrives for a tool the machine has not started, ``step()`` rejects an event), the driver
-stops there and says why; the trace then ends without an end record.
+stops there and says why; the trace then ends without an end record. What it must know of a
+turn's records ahead (interrupted results, refused calls, compactions) is found by
+:mod:`~steploop.effects.importer.lookahead`.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, TypeAlias
 
 import attrs
 
-from steploop.effects.importer.convert import INTERRUPT_TEXTS
 from steploop.effects.importer.infer import stop_reason_for, traits_for
+from steploop.effects.importer.lookahead import (
+    INTERRUPT_TOOLS,
+    REJECT_PREFIX,
+    SIBLING_CANCEL_PREFIX,
+    START_OUTPUT_TOKENS,
+    STOPPED_PREFIX,
+    UNKNOWN_TOOL_PREFIX,
+    Compacted,
+    api_failure_kind,
+    compacted_responses,
+    first_result_id,
+    hook_stopped_results,
+    interrupted_results,
+    rejected_calls,
+    switched_model,
+)
 from steploop.effects.importer.segment import Item
 from steploop.reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
 from steploop.reducer.conversation import estimate_message
@@ -67,77 +83,20 @@ from steploop.reducer.messages import (
     Usage,
     UserMessage,
 )
-from steploop.reducer.texts import USAGE_LIMIT_PREFIX
 from steploop.reducer.transitions import Terminal
 
 Fed: TypeAlias = tuple[Event, tuple[str, ...]]
 """An event the transcript implies and the inference rules that supplied it (none: observed)."""
 
-__all__ = ["UNKNOWN_TOOL_PREFIX", "TurnDriver", "api_failure_kind"]
-
-UNKNOWN_TOOL_PREFIX = "<tool_use_error>Error: No such tool available:"
-SIBLING_CANCEL_PREFIX = "<tool_use_error>Cancelled: parallel tool call"
-#: How Claude Code's synthetic result for a tool the user's interrupt stopped begins.
-REJECT_PREFIX = "The user doesn't want to proceed with this tool use"
-#: How every version's text for a call the user stopped begins (REJECT_MESSAGE, and the
-#: older "The user doesn't want to take this action right now" wording): IMP-21.
-STOPPED_PREFIX = "The user doesn't want to "
-INTERRUPT_TOOLS = "[Request interrupted by user for tool use]"
-#: A record's usage shows at most this many output tokens when it holds message_start's usage,
-#: not the response's final one (VER-7).
-START_OUTPUT_TOKENS = 5
-
-#: Claude Code's API-error categories (the record's ``error``) as steploop failure kinds.
-_API_ERROR_KINDS = {
-    "rate_limit": "rate_limited",
-    "overloaded": "overloaded",
-    "server_error": "server_error",
-    "authentication_failed": "auth",
-    "invalid_request": "invalid_request",
-    "prompt_too_long": "prompt_too_long",
-    "billing_error": "invalid_request",
-    "unknown": "unknown",
-}
-
-
-_STATUS = re.compile(r"^API Error: (\d{3})\b")
-
-
-def api_failure_kind(message: AssistantMessage) -> str:
-    """IMP-17: the failure kind an API-error record stands for: by its `error` field; where
-    that says nothing (`unknown`, or no field: 1.0.x), by its HTTP status (the record's
-    `apiErrorStatus`, or the `API Error: NNN` its text begins with): 429 rate limited, 529
-    overloaded, another 5xx a server error, 401/403 authentication, another 4xx an invalid
-    request; a usage limit (`Claude AI usage limit reached|<epoch>`) is rate limited, a
-    connection error or a timeout a connection failure (VER-10)."""
-    err = message.api_error
-    text = err.message if err is not None else ""
-    if text.startswith("Prompt is too long"):
-        return "prompt_too_long"
-    kind = _API_ERROR_KINDS.get(err.kind if err is not None else "unknown", "unknown")
-    if kind != "unknown":
-        return kind
-    status = err.status if err is not None else None
-    m = _STATUS.match(text)
-    if status is None and m is not None:
-        status = int(m.group(1))
-    if status is not None:
-        if status == 429:
-            return "rate_limited"
-        if status == 529:
-            return "overloaded"
-        if status >= 500:
-            return "server_error"
-        if status in (401, 403):
-            return "auth"
-        if 400 <= status < 500:
-            return "invalid_request"
-    if text.startswith(USAGE_LIMIT_PREFIX):
-        return "rate_limited"
-    low = text.lower()
-    if "connection error" in low or "timed out" in low or "timeout" in low:
-        return "connection"
-    return "unknown"
+# the prefixes and api_failure_kind are defined in lookahead; named here too, as before
+__all__ = [
+    "REJECT_PREFIX",
+    "SIBLING_CANCEL_PREFIX",
+    "STOPPED_PREFIX",
+    "UNKNOWN_TOOL_PREFIX",
+    "TurnDriver",
+    "api_failure_kind",
+]
 
 
 @attrs.define
@@ -159,16 +118,6 @@ class _Open:
     @property
     def first_estimate(self) -> int:
         return estimate_message(self.records[0]) if self.records else 0
-
-
-@attrs.frozen
-class _Compacted:
-    """A response an auto compaction follows (VER-7): Claude Code's count there (the
-    boundary's ``preTokens``) and the estimate of what the transcript adds after the
-    response's last record before the boundary."""
-
-    pre_tokens: int
-    after: int
 
 
 class TurnDriver:
@@ -206,7 +155,7 @@ class TurnDriver:
         self._rejected: dict[str, int] = {}  # IMP-21: call -> the line of its rejection
         self._held: set[str] = set()  # calls whose permission waits for their rejection
         self._hook_stopped: set[int] = set()
-        self._compacted: dict[str, _Compacted] = {}
+        self._compacted: dict[str, Compacted] = {}
         self.last_turn = False
         self._open: _Open | None = None
         self._now = request.at_ms
@@ -351,10 +300,10 @@ class TurnDriver:
         """Make this world ready to answer a turn of these records, for :meth:`run` or for
         :func:`steploop.reducer.drive.check_world`."""
         self.last_turn = not may_answer_empty
-        self._interrupted_results = _interrupted_results(items)
-        self._rejected = _rejected_calls(items, self._interrupted_results)
-        self._hook_stopped = _hook_stopped_results(items)
-        self._compacted = _compacted_responses(items)
+        self._interrupted_results = interrupted_results(items)
+        self._rejected = rejected_calls(items, self._interrupted_results)
+        self._hook_stopped = hook_stopped_results(items)
+        self._compacted = compacted_responses(items)
         self._script = self._feed_all(items, may_answer_empty)
 
     def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Generator[Fed, None, None]:
@@ -529,7 +478,7 @@ class TurnDriver:
             if self.terminal is None:
                 if self._open is not None:
                     yield from self._end_response()
-                call = _first_result_id(it)
+                call = first_result_id(it)
                 if call is not None and call in self._held and self.active:
                     # the call the user refused at its permission question
                     self._held.discard(call)
@@ -572,7 +521,7 @@ class TurnDriver:
             if status == "done":
                 return  # the machine's own result (synthetic, sibling-cancelled, unknown tool)
             if status == "running":
-                model = _switched_model(it)
+                model = switched_model(it)
                 yield (
                     ToolFinished(
                         generation=self.state.round.generation,
@@ -755,115 +704,3 @@ class TurnDriver:
             else:
                 self._stop(f"the transcript's turn ends here while the machine is {self._waits()}")
                 return
-
-
-def is_interrupt_text(text: str | None) -> bool:
-    return text in INTERRUPT_TEXTS
-
-
-def _result_text(it: Item) -> str | None:
-    m = it.message
-    if isinstance(m, UserMessage):
-        for b in m.content:
-            if isinstance(b, ToolResultBlock):
-                return b.content
-    return None
-
-
-def _first_result_id(it: Item) -> str | None:
-    m = it.message
-    if isinstance(m, UserMessage):
-        for b in m.content:
-            if isinstance(b, ToolResultBlock):
-                return b.tool_use_id
-    return None
-
-
-def _rejected_calls(items: list[Item], interrupted: set[int]) -> dict[str, int]:
-    """IMP-21: the first call of each run of interrupted results is the one the user refused
-    (at its permission question, or while it ran): its permission is answered
-    ``rejected_by_user`` where its result stands."""
-    out: dict[str, int] = {}
-    previous_interrupted = False
-    for it in items:
-        if it.kind == "result" and it.line in interrupted:
-            if not previous_interrupted:
-                call = _first_result_id(it)
-                if call is not None:
-                    out[call] = it.line
-            previous_interrupted = True
-        elif it.kind not in ("system_other", "queue", "command", "retry_notice"):
-            previous_interrupted = False
-    return out
-
-
-def _hook_stopped_results(items: list[Item]) -> set[int]:
-    """T-HOOK-1: the line of the last result before a tool hook's stop attachment (the hook of
-    that tool stopped the turn)."""
-    out: set[int] = set()
-    for i, it in enumerate(items):
-        if it.kind != "hook_stop":
-            continue
-        for prev in reversed(items[:i]):
-            if prev.kind == "result":
-                out.add(prev.line)
-                break
-    return out
-
-
-def _interrupted_results(items: list[Item]) -> set[int]:
-    """IMP-21: the lines of results carrying Claude Code's rejection text that an interrupt
-    marker follows before the next response: the first such result is where the user
-    interrupted; the machine writes them and the marker itself."""
-    out: set[int] = set()
-    for i, it in enumerate(items):
-        if it.kind != "result" or not (_result_text(it) or "").startswith(STOPPED_PREFIX):
-            continue
-        for nxt in items[i + 1 :]:
-            if nxt.kind in ("result", "system_other", "queue", "command", "retry_notice"):
-                continue
-            if nxt.kind == "interrupt":
-                out.add(it.line)
-            break
-    return out
-
-
-def _switched_model(it: Item) -> str | None:
-    """VER-9: the model a Skill's result sets for the rest of the turn (``toolUseResult.model``:
-    the skill's definition names one; Claude Code's context modifier switches the main loop)."""
-    result = it.record.get("toolUseResult")
-    if isinstance(result, dict) and isinstance(result.get("commandName"), str):
-        model = result.get("model")
-        if isinstance(model, str) and model:
-            return model
-    return None
-
-
-_AFTER_KINDS = frozenset({"result", "inserted", "stop_feedback", "machine_attachment", "hook_stop"})
-
-
-def _compacted_responses(items: list[Item]) -> dict[str, _Compacted]:
-    """VER-7: the responses an auto compaction follows before any other response, with the
-    boundary's ``preTokens`` and the estimate of the messages between them."""
-    out: dict[str, _Compacted] = {}
-    if not any(it.kind == "compact" for it in items):
-        return out  # the common case: a turn without an auto compaction
-    current: str | None = None
-    after = 0
-    for it in items:
-        m = it.message
-        if it.kind == "block" and isinstance(m, AssistantMessage):
-            if m.response_id != current:
-                current = m.response_id
-            after = 0
-        elif it.kind in _AFTER_KINDS and m is not None:
-            after += estimate_message(m)
-        elif it.kind == "compact" and current is not None:
-            meta = it.record.get("compactMetadata")
-            pre = meta.get("preTokens") if isinstance(meta, dict) else None
-            if isinstance(pre, int) and not isinstance(pre, bool) and pre > 0:
-                out[current] = _Compacted(pre_tokens=pre, after=after)
-            current = None
-        elif it.kind in ("api_error", "interrupt", "candidate"):
-            current = None
-    return out
