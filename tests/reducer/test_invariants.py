@@ -300,6 +300,22 @@ def test_stop_hooks_after_an_api_error_fire() -> None:
     assert bad is None and ex
 
 
+@pytest.mark.spec("INV-6", "VER-1")
+def test_stop_hooks_after_an_api_error_are_no_violation_before_the_guard() -> None:
+    """Under a version that ran stop hooks after an API error (VER-1) the invariant does not
+    apply: the same step is no violation."""
+    from steploop.reducer import claude_code
+
+    inv = NoHooksAfterApiError()
+    s = streaming()
+    err = api_error("auth")
+    hooks = RunStopHooks(hooks_id=1, conversation=s.conversation, stop_hook_active=False)
+    ev = ModelCallFailed(call_id=s.round.call_id, kind="auth")
+    legacy = claude_code("2.1.56")
+    assert inv.check(None, obs(s, ev, (Emit(item=err), hooks), s, legacy))[2] is None
+    assert inv.check(None, obs(s, ev, (Emit(item=err), hooks), s))[2] is not None
+
+
 @pytest.mark.spec("INV-6")
 def test_no_hooks_after_api_error_holds() -> None:
     holds_on_the_real_machine("INV-6")

@@ -244,6 +244,8 @@ class NoHooksAfterApiError(Invariant):
     title = "no stop hooks after an API error"
 
     def check(self, mon: Any, o: Observation) -> Verdict:
+        if o.config.legacy.stop_hooks_after_api_error:
+            return mon, False, None  # VER-1: the versions before the guard ran them
         hooks = o.hooks
         bad = None
         if hooks and o.api_errors:
