@@ -400,9 +400,11 @@ class PermissionPolicy:
     default: Literal["allow", "ask", "deny"] = "ask"
 
     def decide(self, name: str, input: Mapping[str, Any]) -> Literal["allow", "ask", "deny"]:
-        if name in self.deny:
+        """An MCP tool (``mcp__SERVER__TOOL``) is also named by the rules ``mcp__SERVER`` and
+        ``mcp__SERVER__*``, which name every tool of the server, as in Claude Code (E-MCP-6)."""
+        if name in self.deny or (name[:5] == "mcp__" and _server_rule(name, self.deny)):
             return "deny"
-        if name in self.allow:
+        if name in self.allow or (name[:5] == "mcp__" and _server_rule(name, self.allow)):
             return "allow"
         return self.default
 
@@ -414,6 +416,12 @@ class PermissionPolicy:
         if decision == "allow":
             return permission(effect, "allow", "", at_ms)
         return permission(effect, "deny_by_rule", "The permission policy denies this tool.", at_ms)
+
+
+def _server_rule(name: str, rules: frozenset[str]) -> bool:
+    """Whether ``rules`` name the MCP server of tool ``name`` as a whole."""
+    server = name[5:].split("__", 1)[0]
+    return f"mcp__{server}" in rules or f"mcp__{server}__*" in rules
 
 
 def permission(

@@ -41,6 +41,12 @@ class ServerHealth:
     ended: str | None = None
     junk: str | None = None
     stderr: bytes = b""
+    exited: anyio.Event = attrs.field(factory=anyio.Event)
+    exit_code: int | None = None
+
+    def end(self, why: str) -> None:
+        if self.ended is None:
+            self.ended = why
 
     def add_stderr(self, data: bytes) -> None:
         self.stderr = (self.stderr + data)[-_STDERR_KEPT:]
@@ -87,6 +93,7 @@ async def stdio_transport(
             tg.start_soon(_read_stdout, tree, read_send, health, max_message_bytes)
             tg.start_soon(_write_stdin, tree, write_recv, read_send)
             tg.start_soon(_read_stderr, tree, health)
+            tg.start_soon(_watch, tree, read_send, health)
             try:
                 yield read_recv, write_send
             finally:
@@ -112,14 +119,14 @@ async def _read_stdout(
                 try:
                     chunk = await tree.stdout.receive()
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    code = await _exit_code(tree)
-                    tail = health.stderr_tail()
-                    health.ended = f"the server exited ({code})" + (f": {tail}" if tail else "")
+                    with anyio.move_on_after(EXIT_GRACE_S):
+                        await health.exited.wait()
+                    health.end(_exit_words(health) if health.exited.is_set() else "the server closed its stdout")
                     return
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 if len(buffer) > limit or any(len(line) > limit for line in lines):
-                    health.ended = (
+                    health.end(
                         f"the server sent a message of more than {limit:,} bytes; the "
                         "connection was closed"
                     )
@@ -137,11 +144,21 @@ async def _read_stdout(
         return
 
 
-async def _exit_code(tree: ProcessTree) -> str:
-    with anyio.move_on_after(EXIT_GRACE_S):
-        await tree.wait()
-    code = tree.returncode
-    return "still running, its stdout closed" if code is None else f"exit code {code}"
+def _exit_words(health: ServerHealth) -> str:
+    tail = health.stderr_tail()
+    return f"the server exited (exit code {health.exit_code})" + (f": {tail}" if tail else "")
+
+
+async def _watch(
+    tree: ProcessTree, reads: anyio.abc.ObjectSendStream[Any], health: ServerHealth
+) -> None:
+    """The server's exit ends the connection, even while a process it started holds its
+    stdout open: every call waiting gets its error at once."""
+    health.exit_code = await tree.wait()
+    health.exited.set()
+    await anyio.sleep(0.05)  # what it wrote to stderr as it went is read first
+    health.end(_exit_words(health))
+    await reads.aclose()
 
 
 async def _write_stdin(
