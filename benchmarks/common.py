@@ -98,7 +98,7 @@ class Profiler:
         """The top ``limit`` functions by own time, and the cumulative share of ``focus``.
 
         ``focus`` names functions as ``"path/file.py:function"`` (a suffix of the file name),
-        e.g. ``"steploop/reducer/machine.py:step"``: how much of the profiled time is spent inside them.
+        e.g. ``"steploop/reducer/machine/table.py:step"``: how much of the profiled time is spent inside them.
         """
         stats = pstats.Stats(self._prof, stream=io.StringIO())
         raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]

@@ -332,7 +332,7 @@ def profile(n: int, *, stamped: bool = False, backend: str = "asyncio") -> dict[
     return profile_top(
         lambda: anyio.run(runner, n, Stamps(), backend=backend),
         focus=(
-            "steploop/reducer/machine.py:advance",
+            "steploop/reducer/machine/table.py:advance",
             "steploop/reducer/context.py:microcompact",
             "steploop/reducer/drive.py:work",
             "steploop/effects/run.py:_serve",

@@ -283,7 +283,7 @@ def _child(kind: str, path: str, verify: Verify, reps: int) -> dict[str, Any]:
             raise SystemExit(f"{path} does not replay exactly")
         with Profiler() as prof:
             replay_exact(path, verify=verify)
-        return prof.report(focus=("steploop/reducer/machine.py:advance", "steploop/effects/trace/replay.py:_check_step"))
+        return prof.report(focus=("steploop/reducer/machine/table.py:advance", "steploop/effects/trace/replay.py:_check_step"))
     raise SystemExit(f"unknown child kind {kind!r}; expected one of {', '.join(CHILD_KINDS)}")
 
 

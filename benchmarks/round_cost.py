@@ -156,7 +156,7 @@ def profile(n: int, rounds: int = 300) -> dict[str, Any]:
             for e in events:
                 s, _fx = step(s, e, cfg)
 
-    return profile_top(body, focus=("steploop/reducer/machine.py:step",))
+    return profile_top(body, focus=("steploop/reducer/machine/table.py:step",))
 
 
 def main() -> None:

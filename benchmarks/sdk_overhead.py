@@ -333,10 +333,10 @@ async def _alternate(base_url: str, turns: int, reps: int, with_profile: bool) -
                     await steploop_run(client, turns, config)
             profile = prof.report(
                 focus=(
-                    "steploop/reducer/machine.py:advance",
-                    "steploop/effects/model.py:stream",
-                    "steploop/effects/model.py:_request",
-                    "steploop/effects/model.py:_dispose",
+                    "steploop/reducer/machine/table.py:advance",
+                    "steploop/effects/model/client.py:stream",
+                    "steploop/effects/model/client.py:_request",
+                    "steploop/effects/model/client.py:_dispose",
                 )
             )
     finally:

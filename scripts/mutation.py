@@ -9,7 +9,7 @@ with a reason in specs/mutation-equivalents.txt are expected to survive.
     .venv/bin/python scripts/mutation.py --sample      # the CI run: every guard function sampled
     nice -n 19 .venv/bin/python scripts/mutation.py --full --json mutation.json   # every mutant
     .venv/bin/python scripts/mutation.py --list        # the mutants, no tests run
-    .venv/bin/python scripts/mutation.py --only steploop/reducer/machine.py:1092
+    .venv/bin/python scripts/mutation.py --only steploop/reducer/machine/round_end.py:169
 
 Exit status: 0 when nothing unexplained survived (--sample: no guard function's mutant
 survived), 1 otherwise, 2 when no mutant matches or --report finds no outcome to sum up.

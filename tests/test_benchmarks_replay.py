@@ -62,8 +62,8 @@ def test_the_profile_child_profiles_a_replay(trace: Path) -> None:
     out = rt.profile_in_child(trace)
     assert out["total_s"] > 0
     names = [row["function"] for row in out["top_by_tottime"]]
-    assert any("trace/" in n or "machine.py" in n or "_replace.py" in n for n in names)
-    assert 0 < out["cumulative_share_pct"]["steploop/reducer/machine.py:advance"] < 100
+    assert any("trace/" in n or "machine/" in n or "_replace.py" in n for n in names)
+    assert 0 < out["cumulative_share_pct"]["steploop/reducer/machine/table.py:advance"] < 100
 
 
 def test_measure_size_reports_every_memory_figure(tmp_path: Path) -> None:

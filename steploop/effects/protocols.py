@@ -18,7 +18,7 @@ __all__ = ["Compactor", "ModelClient", "StepObserver", "StopHookRunner"]
 
 class ModelClient(Protocol):
     """Streams one model call as reducer events, ending with exactly one of
-    ``ModelResponseEnded`` or ``ModelCallFailed`` (steploop/effects/model.py, steploop/effects/scripted.py)."""
+    ``ModelResponseEnded`` or ``ModelCallFailed`` (steploop/effects/model/, steploop/effects/scripted.py)."""
 
     def stream(self, effect: CallModel) -> AsyncIterator[Event]: ...
 

@@ -3,7 +3,8 @@
 ``LoopConfig.texts`` picks the style: ``"steploop"`` (the default profile) or ``"claude_code"``
 (``claude_code_2_1_88()`` and ``full()``), whose texts are Claude Code 2.1.88's own, verbatim, so
 that a recorded Claude Code session replays to the same messages (specs/ R-TEXTS-1,
-R-CATEGORY-1, R-REFUSAL-1). Texts both styles share stay in ``steploop/reducer/machine.py``.
+R-CATEGORY-1, R-REFUSAL-1). Texts both styles share stay in the machine
+(``steploop/reducer/machine/``).
 
 Pure functions of their arguments; nothing here reads a clock or the environment.
 """

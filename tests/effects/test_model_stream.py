@@ -1,6 +1,6 @@
 """Reading the event stream: event data is parsed once, as json.loads would, on a fast path.
 
-``steploop.effects.model._decode`` scans compact event data with the decoder ``json.loads`` uses and leaves
+``steploop.effects.model.stream.decode_event`` scans compact event data with the decoder ``json.loads`` uses and leaves
 anything else to ``json.loads`` itself; these tests hold it to ``json.loads`` on valid, spaced,
 padded and broken data, and check through the local server that malformed data ends the call
 as ``stream_broken`` after the blocks that completed before it.
@@ -16,7 +16,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from steploop.effects.model import AnthropicModelClient, _decode, parse_tool_input
+from steploop.effects.model import AnthropicModelClient, parse_tool_input
+from steploop.effects.model.stream import decode_event
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.effects import CallModel
 from steploop.reducer.events import Event, ModelBlockReceived, ModelCallFailed, ToolTraits
@@ -51,7 +52,7 @@ DATA = [
 
 
 def _expected(event: str | None, data: str) -> tuple[str, Any, str | None]:
-    """_decode's documented result, computed with json.loads."""
+    """decode_event's documented result, computed with json.loads."""
     if not data:
         return event or "", {}, None
     try:
@@ -72,14 +73,14 @@ def _same(a: object, b: object) -> bool:
 @pytest.mark.parametrize("event", [None, "ping"])
 @pytest.mark.parametrize("data", DATA)
 def test_decode_agrees_with_json_loads(event: str | None, data: str) -> None:
-    name, payload, problem = _decode(event, data)
+    name, payload, problem = decode_event(event, data)
     want_name, want_payload, want_problem = _expected(event, data)
     assert (name, problem) == (want_name, want_problem)
     assert _same(payload, want_payload)
 
 
 def test_decode_keeps_nan_as_json_loads_does() -> None:
-    _, payload, problem = _decode(None, '{"type":"x","v":NaN}')
+    _, payload, problem = decode_event(None, '{"type":"x","v":NaN}')
     assert problem is None and math.isnan(payload["v"])
 
 

@@ -46,7 +46,8 @@ from steploop.reducer.events import (
     ToolUseSummaryReady,
     WaitElapsed,
 )
-from steploop.reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS, _count
+from steploop.reducer.machine import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_TOOLS
+from steploop.reducer.machine.helpers import count
 from steploop.reducer.messages import (
     AssistantMessage,
     AttachmentMessage,
@@ -253,10 +254,10 @@ def test_a_stub_lookalike_with_non_ascii_digits_is_not_an_earlier_stub(digits: s
 @pytest.mark.spec("S-SNIP-1", "R-ORDER-1")
 def test_snip_runs_when_the_count_is_exactly_at_its_threshold() -> None:
     """A round that begins with the count exactly at the snip threshold snips (at or over)."""
-    # kills: _begin_round | cmp | if gates.history_snip and _count(s) >= cfg.snip_threshold: | '>=' -> '>'
+    # kills: begin_round | cmp | if gates.history_snip and count(s) >= cfg.snip_threshold: | '>=' -> '>'
     off = Driver(small(history_snip=False, context_collapse=False, auto_compact=False))
     rounds(off, 6, 20_000)
-    assert _count(off.state) == off.cfg.snip_threshold == 22_000  # the premise
+    assert count(off.state) == off.cfg.snip_threshold == 22_000  # the premise
     d = Driver(small(context_collapse=False, auto_compact=False))
     fx = rounds(d, 6, 20_000)
     boundaries = [m for m in emitted(fx) if isinstance(m, SystemMessage)]
@@ -267,10 +268,10 @@ def test_snip_runs_when_the_count_is_exactly_at_its_threshold() -> None:
 @pytest.mark.spec("S-COLLAPSE-1", "R-ORDER-1")
 def test_collapse_runs_when_the_count_is_exactly_at_its_threshold() -> None:
     """A round that begins with the count exactly at the collapse threshold collapses."""
-    # kills: _begin_round | cmp | if gates.context_collapse and _count(s) >= cfg.collapse_threshold: | '>=' -> '>'
+    # kills: begin_round | cmp | if gates.context_collapse and count(s) >= cfg.collapse_threshold: | '>=' -> '>'
     off = Driver(small(history_snip=False, context_collapse=False, auto_compact=False))
     rounds(off, 5, 35_800)
-    assert _count(off.state) == off.cfg.collapse_threshold == 37_800  # the premise
+    assert count(off.state) == off.cfg.collapse_threshold == 37_800  # the premise
     d = Driver(small(history_snip=False, auto_compact=False))
     fx = rounds(d, 5, 35_800)
     sent = of(fx, CallModel)[0].conversation.messages()
@@ -281,7 +282,7 @@ def test_collapse_runs_when_the_count_is_exactly_at_its_threshold() -> None:
 @pytest.mark.spec("R-ID-1", "S-COLLAPSE-1")
 def test_the_message_after_a_collapse_stub_takes_the_next_id() -> None:
     """Message ids stay consecutive across a collapse: the stub is m{n}, the next message m{n+1}."""
-    # kills: _begin_round | const | ids=evolve(s.ids, msg=s.ids.msg + 1), | 1 -> 2 #2 (the collapse commit)
+    # kills: begin_round | const | ids=evolve(s.ids, msg=s.ids.msg + 1), | 1 -> 2 #2 (the collapse commit)
     d = Driver(small(history_snip=False, auto_compact=False))
     fx = rounds(d, 5, 36_500)
     (stub,) = [
@@ -331,7 +332,7 @@ def test_overflow_with_a_floor_of_one_token(room: int, cap: int | None) -> None:
 @pytest.mark.spec("C-BUDGET-1")
 def test_a_budget_of_one_token_continues_a_turn_that_produced_none() -> None:
     """A budget of 1 is a budget (> 0): a round with 0 output tokens is under 90% of it."""
-    # kills: _token_budget | const | ... budget > 0 ... | 0 -> 1
+    # kills: token_budget | const | ... budget > 0 ... | 0 -> 1
     d = Driver(default(), token_budget=1)
     _budget_round(d, 0)
     assert d.transition == TokenBudgetContinuation()
@@ -345,7 +346,7 @@ def test_a_budget_of_one_token_continues_a_turn_that_produced_none() -> None:
 def test_a_zero_budget_is_no_budget_even_with_a_negative_usage() -> None:
     """token_budget=0 gives no continuation; a (malformed) negative output count from the API
     cannot make it one (the percentage would divide by the zero budget)."""
-    # kills: _token_budget | cmp | ... budget > 0 ... | '>' -> '>='
+    # kills: token_budget | cmp | ... budget > 0 ... | '>' -> '>='
     d = Driver(default(), token_budget=0)
     _budget_round(d, -5)
     assert d.transition == Completed()
@@ -360,7 +361,7 @@ def test_a_zero_budget_is_no_budget_even_with_a_negative_usage() -> None:
 )
 def test_the_budget_nudge_rounds_its_percentage_half_up(out: int, pct: int) -> None:
     """P in the nudge is turn / budget * 100 rounded half up: 5,050 of 10,000 is 51%."""
-    # kills: _token_budget | const | pct = (turn * 200 + budget) // (2 * budget) | 200 -> 199
+    # kills: token_budget | const | pct = (turn * 200 + budget) // (2 * budget) | 200 -> 199
     d = Driver(default(), token_budget=10_000)
     _budget_round(d, out)
     assert d.transition == TokenBudgetContinuation()
@@ -466,7 +467,7 @@ def test_results_adding_up_to_exactly_200k_characters_are_kept() -> None:
 def test_a_draining_round_remembers_it_was_a_submit_interrupt(ended: bool) -> None:
     """While a block tool drains after a submit interrupt, the round's abort_kind is "submit"
     (the state, and so its digest in a trace, says how the round was interrupted)."""
-    # kills: _interrupt | kwarg | round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind) | drop abort_kind=
+    # kills: interrupt | kwarg | round=evolve(s.round, pending_terminal=AbortedStreaming(), abort_kind=kind) | drop abort_kind=
     d = Driver(default())
     d.tool_use("t1", "Fetch", BLOCKING_SAFE, url="x")
     d.allow("t1")
@@ -481,7 +482,7 @@ def test_a_draining_round_remembers_it_was_a_submit_interrupt(ended: bool) -> No
 def test_a_hard_interrupt_during_stop_hooks_stores_the_interruption_message() -> None:
     """Interrupted during stop hooks: `[Request interrupted by user]` is emitted and stored, so
     the next turn's conversation ends with it (I-6)."""
-    # kills: _interrupt | stmt | extra.append(m) | delete extra.append(m)
+    # kills: interrupt | stmt | extra.append(m) | delete extra.append(m)
     d = Driver(default())
     d.reply("answer")
     assert d.phase == "stop_hooks"
@@ -499,7 +500,7 @@ def test_a_hard_interrupt_during_stop_hooks_stores_the_interruption_message() ->
 def test_a_fallback_model_stays_sticky_for_every_later_turn() -> None:
     """A turn started on the session's fallback model hands it on: the turn after it starts on
     the fallback model too, not on the configured one."""
-    # kills: _open | kwarg | s = LoopState( | drop on_fallback=
+    # kills: open_turn | kwarg | s = LoopState( | drop on_fallback=
     cfg = default(fallback_model="claude-fallback-1")
     d = Driver(cfg, session=Session(model="claude-fallback-1"))
     assert d.of(CallModel)[-1].model == "claude-fallback-1"
@@ -522,7 +523,7 @@ def test_a_hard_interrupt_of_a_submit_drain_adds_the_interruption_message(
 ) -> None:
     """A submit interrupt drains a block tool (no interruption message on submit); a second,
     hard interrupt ends the turn as a hard one: the interruption message is emitted and stored."""
-    # kills: _interrupt | stmt | s = evolve(s, round=evolve(s.round, abort_kind="hard")) | delete
+    # kills: interrupt | stmt | s = evolve(s, round=evolve(s.round, abort_kind="hard")) | delete
     d = Driver(default())
     d.tool_use("t1", "Fetch", BLOCKING_SAFE, url="x")
     d.allow("t1")
@@ -607,7 +608,7 @@ def test_a_failed_summary_leaves_the_state_an_emitted_one_leaves() -> None:
     ended, the state equals that of the same turn whose summary was emitted (no outstanding
     summary, no tool ids kept), and neither waits for a summary."""
     # kills: on_summary_ready | kwarg | return evolve(s, summary_id=0, summary_tool_ids=()) | drop summary_tool_ids=
-    # kills: _emit_ready_summary | const | return evolve(s, summary_text=None, summary_id=0, summary_tool_ids=()) | 0 -> -1
+    # kills: emit_ready_summary | const | return evolve(s, summary_text=None, summary_id=0, summary_tool_ids=()) | 0 -> -1
     states = []
     for summary in (None, "Read a file"):
         d = Driver(default(gates=Gates(tool_use_summaries=True)))
@@ -644,7 +645,7 @@ def test_out_of_order_results_never_overtake_an_executing_non_safe_tool() -> Non
     """Under Q-5 a finished result may overtake an executing safe tool, never a non-safe one: a
     Bash call asked mid-stream (Q-12), then an unknown tool's error result; that result waits
     until the Bash result is out, then follows it."""
-    # kills: _release | boolop | elif not out_of_order or ( | or: drop sl.status in ('asking', 'running') and (not sl.tr…
+    # kills: release | boolop | elif not out_of_order or ( | or: drop sl.status in ('asking', 'running') and (not sl.tr…
     cfg = default(
         compat=Compat(out_of_order_safe_results=True, nonsafe_tools_start_mid_stream=True)
     )
@@ -816,7 +817,7 @@ def test_an_overflow_retry_tombstones_the_blocks_the_failed_attempt_streamed() -
     """A context overflow after the attempt streamed a block is retried (a retry of R-RETRY-1's
     count): the attempt is discarded, its emitted block tombstoned, and the request sent again
     without it."""
-    # kills: _overflow_retry | bool | s = _discard_attempt(s, fx, tombstone=True) | True -> False
+    # kills: _overflow_retry | bool | s = discard_attempt(s, fx, tombstone=True) | True -> False
     d = Driver(default())
     d.text("half an answer")
     (streamed,) = [m for m in d.emitted() if isinstance(m, AssistantMessage)]
@@ -834,7 +835,7 @@ def test_under_q5_a_queued_non_safe_call_does_not_hold_back_a_later_result() -> 
     """Under Q-5 only an executing non-safe call holds results back: a Bash call still queued
     mid-stream (not asked: Q-12 off) lets an unknown tool's error result after it out at once;
     in tool_use order (Q-5 off) it waits."""
-    # kills: _release | boolop | sl.status in ("asking", "running") and not sl.traits.concurrency_safe | and: drop sl.status in ('asking', 'running')
+    # kills: release | boolop | sl.status in ("asking", "running") and not sl.traits.concurrency_safe | and: drop sl.status in ('asking', 'running')
     for out_of_order in (True, False):
         d = Driver(default(compat=Compat(out_of_order_safe_results=out_of_order)))
         assert of(d.tool_use("b1", "Bash", UNSAFE, command="ls"), AskPermission) == []
@@ -975,7 +976,7 @@ def test_a_turn_ending_in_a_model_error_emits_the_ready_summary_even_under_q10(
 ) -> None:
     """A summary that became ready while the next response streamed is emitted before Finish when
     that call fails for good (a model error): that is no abort, so Q-10 does not drop it."""
-    # kills: _finish | boolop | aborted and cfg.compat.summary_dropped_on_abort | and: drop aborted
+    # kills: finish | boolop | aborted and cfg.compat.summary_dropped_on_abort | and: drop aborted
     cfg = default(
         gates=Gates(tool_use_summaries=True), compat=Compat(summary_dropped_on_abort=flagged)
     )
@@ -996,7 +997,7 @@ def test_the_compaction_exemption_ends_with_the_call_after_it() -> None:
     """Under Q-4 (the blocking limit also with auto-compact), a compaction exempts the call right
     after it from the blocking check, and that call only: a later round over the limit whose
     compaction fails ends in blocking_limit."""
-    # kills: _call_model | kwarg | s = evolve( | drop compacted_this_round=
+    # kills: call_model | kwarg | s = evolve( | drop compacted_this_round=
     cfg = default(
         context_window=50_000,
         gates=Gates(history_snip=False, context_collapse=False, reactive_compact=False),
@@ -1031,7 +1032,7 @@ def test_the_give_up_categorises_by_the_apis_own_words(message: str, category: s
     """Retries exhausted on a server error: under Claude Code's texts the API-error message's
     category comes from the API's own message too (a credit balance too low is billing_error,
     an invalid x-api-key authentication_failed), not from the kind and status alone."""
-    # kills: _give_up | kwarg | s, err = _api_error( | drop raw=
+    # kills: _give_up | kwarg | s, err = api_error( | drop raw=
     d = Driver(claude_code_2_1_88(retry=RetryPolicy(max_retries=0)))
     fx = d.feed(
         ModelCallFailed(call_id=d.call_id, kind="server_error", status=500, message=message)
@@ -1055,7 +1056,7 @@ def test_microcompact_keeps_the_newest_result_even_when_asked_to_keep_none() -> 
 def test_an_invalid_request_categorises_by_the_apis_own_words() -> None:
     """A 400 invalid request saying the credit balance is too low is, under Claude Code's texts,
     a billing_error (the API's words decide), not the unknown its kind and status give."""
-    # kills: on_call_failed | kwarg | s, err = _api_error( | drop raw= #3
+    # kills: on_call_failed | kwarg | s, err = api_error( | drop raw= #3
     d = Driver(claude_code_2_1_88())
     msg = "Your credit balance is too low to access the Anthropic API."
     fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="invalid_request", status=400, message=msg))
@@ -1103,7 +1104,7 @@ def test_the_task_budget_carry_takes_the_last_response_with_usage() -> None:
 def test_while_compacting_a_tool_event_of_a_generation_never_made_is_refused() -> None:
     """While an auto-compaction runs, a late result of the last round's generation is a no-op,
     and one naming the next generation (no call has made it yet) raises IllegalEvent."""
-    # kills: _begin_round | const | round=Round(call_id=s.ids.call, generation=s.ids.generation + 1, pending_id=cid), | 1 -> 2
+    # kills: begin_round | const | round=Round(call_id=s.ids.call, generation=s.ids.generation + 1, pending_id=cid), | 1 -> 2
     d = Driver(small(history_snip=False, context_collapse=False))
     old = d.generation
     tool_round(d, "t1", "ok", Usage(input_tokens=30_000))
@@ -1147,7 +1148,7 @@ def test_a_hook_stop_of_a_call_q3_dropped_does_not_stop_the_turn() -> None:
     """Under Q-3, after a streaming fallback, a later block drops the blocks before it, with their
     calls: a hook stop of a dropped call goes with it, so the round's remaining call finishing
     normally continues the turn instead of ending it hook_stopped."""
-    # kills: _discard_attempt | kwarg | round=evolve( | drop hook_stop=
+    # kills: discard_attempt | kwarg | round=evolve( | drop hook_stop=
     d = Driver(default(compat=Compat(sticky_streaming_fallback=True)))
     d.feed(ModelCallFailed(call_id=d.call_id, kind="stream_broken"))
     assert d.state.round.sticky_fallback
@@ -1179,7 +1180,7 @@ def test_snip_with_nothing_beyond_the_kept_rounds_returns_the_conversation_untou
 def test_a_media_error_categorises_by_the_apis_own_words() -> None:
     """An image over the size limit (400, "image exceeds ... maximum") gets no category under
     Claude Code's texts (Claude Code sets none), read from the API's words, not `unknown`."""
-    # kills: on_call_failed | kwarg | s, err = _api_error( | drop raw= #2
+    # kills: on_call_failed | kwarg | s, err = api_error( | drop raw= #2
     d = Driver(claude_code_2_1_88(gates=Gates(reactive_compact=False)))
     msg = "messages.0.content.1.image.source.base64: image exceeds 5 MB maximum"
     fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="media", status=400, message=msg))
@@ -1313,7 +1314,7 @@ def test_a_compaction_before_any_response_subtracts_nothing() -> None:
 def test_the_model_fallback_drops_the_attempt_without_tombstones() -> None:
     """The fallback drops the failed attempt from state without tombstoning what it streamed
     (the reference's behaviour): it emits the notice, no Tombstone."""
-    # kills: _model_fallback | bool | s = _discard_attempt(s, fx, tombstone=False) | False -> True
+    # kills: _model_fallback | bool | s = discard_attempt(s, fx, tombstone=False) | False -> True
     d = Driver(default(fallback_model="claude-haiku-4-5"))
     for _ in range(2):
         d.feed(ModelCallFailed(call_id=d.call_id, kind="overloaded", status=529))

@@ -64,14 +64,21 @@ def test_the_scope_and_the_guard_functions(all_mutants: list[mu.Mutant]) -> None
     every config/state function in scope is a guard function, and so are the machine's
     functions that cite a guard or transition rule."""
     files = {m.file for m in all_mutants}
-    assert files == {"steploop/reducer/machine.py", "steploop/reducer/context.py", "steploop/reducer/config.py", "steploop/reducer/state.py"}
+    package = {f"steploop/reducer/machine/{p.name}" for p in (mu.ROOT / "steploop/reducer/machine").glob("*.py")}
+    machine_files = {t.file for t in mu.MACHINE}
+    assert machine_files == package  # every module of the machine's package is in scope
+    assert files == (machine_files - {"steploop/reducer/machine/__init__.py"}) | {
+        "steploop/reducer/context.py",
+        "steploop/reducer/config.py",
+        "steploop/reducer/state.py",
+    }
     guards = {(m.file, m.function) for m in all_mutants if m.guard}
     assert all(m.guard for m in all_mutants if m.file in ("steploop/reducer/config.py", "steploop/reducer/state.py"))
     assert {fn for f, fn in guards if f == "steploop/reducer/config.py"} >= {"RetryPolicy.delay_ms", "full"}
-    machine = {fn for f, fn in guards if f == "steploop/reducer/machine.py"}
-    # the no-tool-use path is the ladder ROUND_END: its rungs hold what _no_tool_use held
-    assert {"_prompt_too_long", "_mot_ladder", "_token_budget", "_continue", "_interrupt"} <= machine
-    assert "_msg_id" not in machine  # no rule cited: in the population, not a guard function
+    machine = {fn for f, fn in guards if f.startswith("steploop/reducer/machine/")}
+    # the no-tool-use path is the ladder ROUND_END: its rungs hold what no_tool_use held
+    assert {"prompt_too_long", "mot_ladder", "token_budget", "take_continue", "interrupt"} <= machine
+    assert "msg_id" not in machine  # no rule cited: in the population, not a guard function
 
 
 def test_keys_are_unique(all_mutants: list[mu.Mutant]) -> None:
@@ -114,12 +121,12 @@ def test_an_equivalent_without_a_reason_is_refused(tmp_path: Path) -> None:
 def test_the_hole_mutants_of_issue_12_are_generated(all_mutants: list[mu.Mutant]) -> None:
     """The runner generates the mutants an outside run found surviving (a few, by behaviour)."""
     found = {(m.function, m.op, m.change) for m in all_mutants}
-    assert ("_token_budget", "boolop", "and: drop cfg.gates.token_budget") in found
-    assert ("_token_budget", "boolop", "and: drop not cfg.is_subagent") in found
-    assert ("_token_budget", "const", "100 -> 101") in found
+    assert ("token_budget", "boolop", "and: drop cfg.gates.token_budget") in found
+    assert ("token_budget", "boolop", "and: drop not cfg.is_subagent") in found
+    assert ("token_budget", "const", "100 -> 101") in found
     assert ("_synthesize_results", "cmp", "'!=' -> '=='") in found
     assert ("RetryPolicy.delay_ms", "const", "0 -> 1") in found
-    assert any(f == "on_stop_hooks" and op == "stmt" and c == "delete s = _commit(s)" for f, op, c in found)
+    assert any(f == "on_stop_hooks" and op == "stmt" and c == "delete s = commit(s)" for f, op, c in found)
 
 
 def test_statements_declared_unreachable_get_no_mutants(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

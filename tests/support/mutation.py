@@ -72,14 +72,20 @@ CONFIG_GUARDS = (
 )
 STATE_GUARDS = ("LoopState.session",)
 
+# The machine: every module of the package steploop/reducer/machine/, every function.
+MACHINE: tuple[Target, ...] = tuple(
+    Target(p.relative_to(ROOT).as_posix())
+    for p in sorted((ROOT / "steploop" / "reducer" / "machine").glob("*.py"))
+)
+
 SCOPE: tuple[Target, ...] = (
-    Target("steploop/reducer/machine.py"),
+    *MACHINE,
     Target("steploop/reducer/context.py"),
     Target("steploop/reducer/config.py", CONFIG_GUARDS),
     Target("steploop/reducer/state.py", STATE_GUARDS),
 )
 
-# A function of machine.py or context.py is a *guard function* when its code cites a
+# A function of the machine or of context.py is a *guard function* when its code cites a
 # death-spiral guard [G<n>], a Continue or Terminal rule [C-...], [T-...], an interrupt rule
 # [I-<n>] or a compatibility flag [Q-<n>]: the functions that decide which transition happens.
 # Every function taken from config.py and state.py is one (they are in scope for that reason).
@@ -619,13 +625,13 @@ def _prepare_parent() -> None:
 
     for name in (
         "pytest",
-        "reducer",
+        "steploop.reducer",
         "steploop.reducer.machine",
         "steploop.reducer.context",
         "steploop.reducer.config",
         "steploop.reducer.state",
         "steploop.reducer.testing",
-        "effects",
+        "steploop.effects",
     ):
         importlib.import_module(name)
 
@@ -1094,7 +1100,7 @@ def _read_outcome(m: Mutant, out: Path, status: int, elapsed: float) -> Outcome:
 
 # --- fresh interpreters (functions that run while tests import) --------------------------------
 
-_COPIED = ("reducer", "effects", "tests", "specs", "benchmarks", "pyproject.toml", "README.md")
+_COPIED = ("steploop", "tests", "specs", "benchmarks", "pyproject.toml", "README.md")
 
 
 def _mutated_module(m: Mutant, fs: FunctionSource) -> str:
