@@ -54,17 +54,24 @@ from steploop.effects.answer import PermissionPolicy, stamped
 from steploop.effects.boundary import ToolUseIds
 from steploop.effects.concurrency import Handoff, Rest, Signal, primitives
 from steploop.effects.extensions import RunExtensions
-from steploop.effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
+from steploop.effects.protocols import (
+    Compactor,
+    ModelClient,
+    StepObserver,
+    StopHookRunner,
+    observer_of,
+)
 from steploop.effects.run_types import Caller, PermissionRequest, RunResult, TextDelta, Timeouts
 from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from steploop.reducer import LoopConfig, LoopState, Request, Session
-from steploop.reducer.drive import Loop, Observer
+from steploop.reducer.drive import Loop
 from steploop.reducer.effects import (
     AcknowledgeCommands,
     AskPermission,
     CallModel,
     CancelCompaction,
     CancelModelCall,
+    CancelRefreshTools,
     CancelStopHooks,
     CancelTools,
     CancelWait,
@@ -73,6 +80,7 @@ from steploop.reducer.effects import (
     Emit,
     Finish,
     PersistToolResult,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -181,7 +189,7 @@ class Run:
         self._asking: dict[Key, PermissionRequest] = {}  # offered to the consumer, unanswered
         # the driver loop (steploop/reducer/drive.py): this run is its world, and pushes events into it
         self._loop = Loop(config, self._apply, observe=self._observe, on_error=self._failed)
-        self._on_step = _observer_of(observer)
+        self._on_step = observer_of(observer)
         self._handlers: dict[type, Handler] = {
             CallModel: self._call_model,
             StartTool: self._run_tool,
@@ -189,6 +197,7 @@ class Run:
             Compact: self._compact,
             RunStopHooks: self._run_hooks,
             SummarizeToolUse: self._summarize,
+            RefreshTools: self._refresh,
         }
         self._wake: Signal | None = None  # wakes the driver when the turn ends or fails
         self._failure: Exception | None = None  # step() or the observer failed
@@ -384,12 +393,18 @@ class Run:
                 key = opens(effect)
                 assert key is not None
                 self._start(key, self._handlers[effect.__class__], effect)
+            case RefreshTools() if self.extensions.servers is None:  # no I/O: read at once
+                names, digest = self._tools.names, self._tools.digest()
+                return (answer.tools_refreshed(effect, names, digest, self._now()),)
+            case RefreshTools():
+                self._start(("refresh_tools", effect.call_id), self._refresh, effect)
             case (
                 CancelModelCall()
                 | CancelTools()
                 | CancelWait()
                 | CancelCompaction()
                 | CancelStopHooks()
+                | CancelRefreshTools()
             ):
                 for key in withdraws(effect):
                     self._cancel(key)
@@ -610,6 +625,11 @@ class Run:
             effect, lambda: summarizer(effect), answer.summary, self._timeouts.summary_s, ""
         )
 
+    async def _refresh(self, effect: RefreshTools, scope: anyio.CancelScope) -> None:
+        """[R-REFRESH-1] the MCP servers that said their tools changed are listed again."""
+        names, digest = await self.extensions.refresh()
+        self._feed(answer.tools_refreshed(effect, names, digest, self._now()))
+
     async def _bounded(
         self,
         effect: answer.Handled,
@@ -627,28 +647,6 @@ class Run:
             event = answer.gave_up(effect, late)
         assert event is not None
         self._feed(stamped(event, self._now()))
-
-
-def _observer_of(observer: StepObserver | None) -> Observer | None:
-    """The loop's observer for ``observer=``: an object with ``observe(event, state, effects,
-    transitions)`` (a :class:`steploop.effects.trace.TraceRecorder`) is called with the transitions; a
-    plain callable ``(event, state, effects)`` without them."""
-    if observer is None:
-        return None
-    observe = getattr(observer, "observe", None)
-    if callable(observe):
-        return observe  # type: ignore[no-any-return]
-    three = observer
-
-    def call(
-        event: Event | None,
-        state: LoopState,
-        fx: tuple[Effect, ...],
-        passed: tuple[Transition, ...],
-    ) -> None:
-        three(event, state, fx)
-
-    return call
 
 
 def _deadline(seconds: float | None) -> float:

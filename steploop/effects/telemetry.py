@@ -36,6 +36,7 @@ Nothing here is imported by ``steploop/reducer``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,7 +95,7 @@ class Telemetry:
             from opentelemetry import trace
         except ImportError:  # pragma: no cover - the API comes with the SDK extra
             raise TelemetryError("telemetry needs opentelemetry: pip install 'steploop[otel]'") from None
-        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        provider: Any = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self.provider = provider
         self.tracer = provider.get_tracer("steploop", _version())
         self.agent_name = agent_name
@@ -169,19 +170,15 @@ def _otlp_exporter(env: Mapping[str, str]) -> Any:
         or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     )
+    kind = "grpc" if protocol == "grpc" else "http"
     try:
-        if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[no-redef]
-                OTLPSpanExporter,
-            )
+        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
     except ImportError:
         raise TelemetryError(
             "OTEL_TRACES_EXPORTER=otlp needs the OTLP exporter: pip install "
             "opentelemetry-exporter-otlp"
         ) from None
-    return OTLPSpanExporter()
+    return module.OTLPSpanExporter()
 
 
 class TurnSpans:
@@ -272,11 +269,16 @@ class TurnSpans:
             start_time=_ns(self._at_ms),
         )
 
-    def _end(self, key: tuple[Any, ...], error: str | None = None, **attributes: Any) -> None:
+    def _end(
+        self,
+        key: tuple[Any, ...],
+        error: str | None = None,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
         span = self._open.pop(key, None)
         if span is None:
             return
-        for name, value in attributes.items():
+        for name, value in (attributes or {}).items():
             if value is not None:
                 span.set_attribute(name, value)
         if error is not None:
@@ -355,7 +357,8 @@ class TurnSpans:
             case ModelResponseEnded(usage=u):
                 self._end(
                     ("call", event.call_id),
-                    **{
+                    None,
+                    {
                         "gen_ai.response.model": event.model,
                         "gen_ai.response.finish_reasons": (event.stop_reason or "",),
                         "gen_ai.usage.input_tokens": u.input_tokens,
@@ -365,7 +368,7 @@ class TurnSpans:
                     },
                 )
             case ModelCallFailed():
-                self._end(("call", event.call_id), event.kind, **{"steploop.failure": event.message[:200]})
+                self._end(("call", event.call_id), event.kind, {"steploop.failure": event.message[:200]})
             case ToolFinished():
                 self._end(
                     ("tool", event.generation, event.tool_use_id),
@@ -379,7 +382,7 @@ class TurnSpans:
                 self._end(
                     ("hooks", event.hooks_id),
                     "hook_error" if event.error is not None else None,
-                    **{
+                    {
                         "steploop.hook.count": event.hook_count,
                         "steploop.hook.blocking": len(event.blocking_errors),
                         "steploop.hook.prevent": event.prevent,

@@ -32,11 +32,14 @@ from steploop.effects.mcp import (
 from steploop.effects.scripted import ScriptedModel, reply, response, tool_call, tool_use
 from steploop.effects.tools import ToolRegistry
 from steploop.effects.trace import TraceRecorder, make_provenance, replay_exact
+from steploop.reducer import default
 from steploop.reducer.messages import ToolResultBlock, UserMessage
 
 pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 
 HERE = Path(__file__).parent / "mcp_servers"
+# the default machine with the tool-list refresh of the 2.1.88 profile [R-REFRESH-1]
+REFRESHING = default().with_overrides({"gates.tool_refresh": True})
 FAST = str(HERE / "fast_server.py")
 RAW = str(HERE / "raw_server.py")
 
@@ -81,6 +84,7 @@ async def session(
                 permissions=permissions or PermissionPolicy(default="allow"),
                 mcp_servers=servers,
                 tool_timeout_s=tool_timeout_s,
+                config=REFRESHING,
             )
         )
         async with r:

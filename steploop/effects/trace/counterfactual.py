@@ -45,6 +45,7 @@ from steploop.reducer.effects import (
     CallModel,
     Compact,
     Effect,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -167,6 +168,8 @@ class Fingerprints:
                 h.update(canonical_bytes(["wait", effect.ms]))
             case SummarizeToolUse():
                 h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
+            case RefreshTools():
+                h.update(canonical_bytes(["refresh_tools"]))
             case _:
                 raise ValueError(f"{type(effect).__name__} makes no request")
         return h.digest()
@@ -199,6 +202,8 @@ def describe_request(effect: Effect) -> str:
             return f"wait {effect.ms} ms"
         case SummarizeToolUse():
             return f"summarize_tool_use {list(effect.tool_use_ids)}"
+        case RefreshTools():
+            return "refresh_tools"
     return type(effect).__name__
 
 
@@ -678,6 +683,8 @@ class _RecordedWorld:
             self.answered(kind, key, [WaitElapsed(wait_id=effect.wait_id)])
         elif isinstance(effect, SummarizeToolUse):  # no summarizer: no summary
             self.answered(kind, key, [answer.unhandled(effect)])
+        elif isinstance(effect, RefreshTools):  # no tool list: none read [R-REFRESH-1]
+            self.answered(kind, key, [answer.tools_refreshed(effect)])
         elif isinstance(effect, (CallModel, Compact)):
             self.owed.append((effect, key))
         else:
