@@ -677,14 +677,15 @@ class _RecordedWorld:
             for idx, ev in self.index.use(r):
                 self.push(idx, readdress(ev, effect), key, idx)
             return
+        if isinstance(effect, RefreshTools):  # the world's list, never a divergence [R-REFRESH-1]
+            self.answered(kind, key, [answer.tools_refreshed(effect)])
+            return
         if self.policy_model is None:
             raise self.diverge(effect, kind, ordinal, "no recorded effect matches it")
         if isinstance(effect, Wait):
             self.answered(kind, key, [WaitElapsed(wait_id=effect.wait_id)])
         elif isinstance(effect, SummarizeToolUse):  # no summarizer: no summary
             self.answered(kind, key, [answer.unhandled(effect)])
-        elif isinstance(effect, RefreshTools):  # no tool list: none read [R-REFRESH-1]
-            self.answered(kind, key, [answer.tools_refreshed(effect)])
         elif isinstance(effect, (CallModel, Compact)):
             self.owed.append((effect, key))
         else:
