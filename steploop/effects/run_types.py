@@ -111,7 +111,7 @@ class Caller:
     config: Any  # LoopConfig
     workspace: Path
     transcript_path: Path | None
-    trace_path: Path | None  # the run's trace file, when a TraceRecorder records it
+    trace_path: str | Path | None  # the run's trace file, when a TraceRecorder records it
     permissions: Any  # PermissionPolicy
     spans: Any  # steploop.effects.telemetry.TurnSpans, or None
     tool_timeout_s: float

@@ -196,6 +196,7 @@ class TurnSpans:
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
+        self.telemetry = telemetry
         self._trace = trace
         self._kind = SpanKind
         self._status = Status
@@ -230,6 +231,19 @@ class TurnSpans:
             if key[0] == "tool" and key[2] == tool_use_id:
                 return self._trace.set_span_in_context(span)
         return self._context
+
+    def enter_tool(self, tool_use_id: str) -> object:
+        """Make the span of tool call ``tool_use_id`` the current context (what a sub-agent's
+        turn span is opened under); give the token back to :meth:`leave_tool`."""
+        from opentelemetry import context
+
+        return context.attach(self.context_for(tool_use_id))
+
+    def leave_tool(self, token: object) -> None:
+        from opentelemetry import context
+
+        if token is not None:
+            context.detach(token)  # type: ignore[arg-type]
 
     # -- observing -------------------------------------------------------------------------
 
