@@ -441,3 +441,40 @@ def _ctx(ws: Path) -> Any:
     from steploop.effects.tools import ToolContext
 
     return ToolContext(workspace=ws, tool_use_id="t")
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+
+
+@pytest.mark.spec("E-MCP-1", "E-MCP-6")
+def test_cli_run_with_mcp_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`steploop run --mcp-config FILE --allow mcp__fast` calls the server's tool; a bad file is one line, status 2."""
+    import io
+
+    from steploop.effects.cli import main
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"fast": {"command": sys.executable, "args": [FAST]}}}))
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"type": "tool_call", "name": "mcp__fast__add", "input": {"a": 20, "b": 22}},
+                {"type": "reply", "text": "the sum is in"},
+            ]
+        )
+    )
+    out = io.StringIO()
+    argv = ["run", "add", "--workspace", str(ws), "--scripted", str(script), "--mcp-config", str(servers)]
+    code = main([*argv, "--allow", "mcp__fast", "--trace", str(tmp_path / "t.jsonl")], out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "mcp: servers fast from" in text and "42" in text
+    assert replay_exact(tmp_path / "t.jsonl").ok
+    servers.write_text(json.dumps({"mcpServers": {"fast": {"command": ""}}}))
+    assert main([*argv, "--allow", "mcp__fast"], io.StringIO()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("steploop: error: ") and "mcpServers.fast.command" in err[-1]
