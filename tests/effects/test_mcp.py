@@ -188,7 +188,7 @@ class _Remote:
         self.name = name
         self.description = "d" * 3000
         self.input_schema = {"type": "object", "properties": {"q": {"type": "string"}}}
-        self.annotations = None if read_only is None else ToolAnnotations(readOnlyHint=read_only)
+        self.annotations = None if read_only is None else ToolAnnotations(read_only_hint=read_only)
 
 
 @pytest.mark.spec("E-MCP-2")
@@ -223,7 +223,7 @@ def test_results_become_text_tool_results() -> None:
         TextResourceContents,
     )
 
-    blocks = [
+    blocks: list[TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource] = [
         TextContent(type="text", text="hello"),
         ImageContent(type="image", data="AAAA", mime_type="image/png"),
         AudioContent(type="audio", data="???", mime_type="audio/wav"),

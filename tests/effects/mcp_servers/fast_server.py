@@ -19,7 +19,7 @@ from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 server = MCPServer("fast")
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
