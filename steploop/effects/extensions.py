@@ -75,12 +75,12 @@ class RunExtensions:
         self.notices.extend(self.servers.notices)
         self.sync()
 
-    async def exit(self, *exc: Any) -> None:
+    async def exit(self) -> None:
         """Close the servers the run connected, and take their tools out of the registry."""
         if self._owned:
             self._owned = False
             try:
-                await self.servers.__aexit__(*exc)
+                await self.servers.__aexit__(None, None, None)
             finally:
                 self._tools.set_group(MCP_GROUP, ())
 

@@ -49,6 +49,7 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+import steploop
 from steploop.effects import answer
 from steploop.effects.answer import PermissionPolicy, stamped
 from steploop.effects.boundary import ToolUseIds
@@ -212,9 +213,8 @@ class Run:
         self._entered = False
         self._tool_use_ids = ToolUseIds()  # the ids a response may not reuse (B-MODEL-2)
         # MCP servers, the tool list's refresh, spans (steploop/effects/extensions.py)
-        self.extensions = RunExtensions(
-            tools=tools, model=model, workspace=workspace, mcp_servers=mcp_servers, telemetry=telemetry
-        )
+        self.extensions = RunExtensions(tools=tools, model=model, workspace=workspace,
+                                        mcp_servers=mcp_servers, telemetry=telemetry)
         self._spans: Any = None
         self._observer = observer
         self._caller: Caller | None = None
@@ -240,7 +240,17 @@ class Run:
         if self._entered:
             raise RuntimeError("a Run can be entered once")
         self._entered = True
-        await self.extensions.enter()
+        await self.extensions.enter()  # MCP servers: entered first, closed last
+        try:
+            return await self._enter()
+        except BaseException as e:
+            if self._tg is not None:  # entered after the servers: left before them
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+            await self.extensions.exit()
+            raise
+
+    async def _enter(self) -> Run:
         self._spans = self.extensions.spans(
             session_id=self.session_id, config=self.config, start_ms=self.request.at_ms
         )
@@ -262,7 +272,7 @@ class Run:
                 self.transcript_path,
                 session_id=self.session_id,
                 cwd=str(self._workspace),
-                version=_version(),
+                version=str(steploop.__version__),
                 stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
                 api_ids=getattr(self._model, "api_ids", None),  # message.id, requestId
                 agent_id=self.config.agent_id,  # a sub-agent's sidechain
@@ -309,7 +319,7 @@ class Run:
             self._loop.close()
             if self._transcript is not None:
                 self._transcript.close()
-            await self.extensions.exit(et, e, tb)
+            await self.extensions.exit()
 
     def __aiter__(self) -> Run:
         return self
@@ -627,7 +637,10 @@ class Run:
 
     async def _refresh(self, effect: RefreshTools, scope: anyio.CancelScope) -> None:
         """[R-REFRESH-1] the MCP servers that said their tools changed are listed again."""
-        names, digest = await self.extensions.refresh()
+        try:
+            names, digest = await self.extensions.refresh()
+        except Exception:  # the list could not be read again: the registry's as it is
+            names, digest = self._tools.names, self._tools.digest()
         self._feed(answer.tools_refreshed(effect, names, digest, self._now()))
 
     async def _bounded(
@@ -658,15 +671,6 @@ def _send_nowait(stream: MemoryObjectSendStream[TextDelta], item: TextDelta) -> 
         stream.send_nowait(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("steploop")
-    except Exception:
-        return "0+unknown"
 
 
 def _wall_ms() -> int:

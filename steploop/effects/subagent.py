@@ -230,7 +230,8 @@ class AgentTool:
         from steploop.effects.trace import TraceRecorder, make_provenance
 
         caller = call.caller
-        model = definition.model(call) if callable(definition.model) and not hasattr(definition.model, "stream") else definition.model
+        factory = definition.model
+        model = factory if hasattr(factory, "stream") else factory(call)
         tools = definition.tools(call) if callable(definition.tools) else definition.tools
         registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         policy = definition.permissions

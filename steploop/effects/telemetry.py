@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import steploop
 from steploop.reducer import LoopConfig
 from steploop.reducer.effects import (
     CallModel,
@@ -97,7 +98,7 @@ class Telemetry:
             raise TelemetryError("telemetry needs opentelemetry: pip install 'steploop[otel]'") from None
         provider: Any = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self.provider = provider
-        self.tracer = provider.get_tracer("steploop", _version())
+        self.tracer = provider.get_tracer("steploop", str(steploop.__version__))
         self.agent_name = agent_name
         self._owned = False
 
@@ -442,10 +443,3 @@ def spans_of_trace(path: str | os.PathLike[str], telemetry: Telemetry, *, sessio
     return report.steps
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("steploop")
-    except Exception:
-        return "0+unknown"

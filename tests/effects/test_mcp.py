@@ -478,3 +478,20 @@ def test_cli_run_with_mcp_config(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main([*argv, "--allow", "mcp__fast"], io.StringIO()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("steploop: error: ") and "mcpServers.fast.command" in err[-1]
+
+
+@pytest.mark.spec("E-MCP-4")
+@pytest.mark.anyio
+async def test_a_run_that_fails_to_start_closes_its_servers(tmp_path: Path) -> None:
+    """A run whose entry fails after its servers connected (text deltas from a model without
+    them) closes the servers it connected: no process is left."""
+    pids = tmp_path / "pids"
+    servers = {"raw": {"command": sys.executable, "args": [RAW], "env": {"RAW_SERVER_PIDS": str(pids)}}}
+    tools = ToolRegistry([])
+    model = ScriptedModel([reply("x")], traits_for=tools.traits)
+    r = run("x", model=model, tools=tools, workspace=tmp_path, mcp_servers=servers, text_deltas=True)
+    with pytest.raises(TypeError, match="does not report text deltas"):
+        async with r:
+            pass  # pragma: no cover
+    assert pids.read_text().split() and not any(_alive(int(p)) for p in pids.read_text().split())
+    assert not tools.names

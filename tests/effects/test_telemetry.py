@@ -177,8 +177,9 @@ def test_otlp_exporter_when_installed() -> None:
     """OTEL_TRACES_EXPORTER=otlp builds the OTLP exporter, or says how to install it."""
     import importlib.util
 
+    exporter = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
     try:
-        found = importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+        found = importlib.util.find_spec(exporter)
     except ModuleNotFoundError:
         found = None
     if found is None:

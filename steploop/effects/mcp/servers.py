@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import anyio
 
+import steploop
 from steploop.effects.mcp import results
 from steploop.effects.mcp.config import McpConfigError, McpServerConfig, parse_mcp_servers
 from steploop.effects.mcp.results import tool_output
@@ -128,7 +129,7 @@ class _Connection:
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(30.0, read=None))
-        return _closing_http(streamable_http_client(cfg.url, http_client=http), http)
+        return _ClosingHttp(streamable_http_client(cfg.url, http_client=http), http)
 
     async def serve(self) -> None:
         from mcp import Client
@@ -138,7 +139,7 @@ class _Connection:
             self._transport(),
             mode="legacy",  # the initialize handshake, as Claude Code 2.1.88 speaks it
             message_handler=self._on_message,
-            client_info=Implementation(name="steploop", version=_version()),
+            client_info=Implementation(name="steploop", version=str(steploop.__version__)),
         )
         try:
             with anyio.CancelScope() as startup:
@@ -153,7 +154,7 @@ class _Connection:
                 self._failed(f"did not answer within {self._owner.startup_timeout_s:g} s")
         except anyio.get_cancelled_exc_class():
             raise
-        except BaseException as exc:  # a server that cannot start or breaks: reported, not raised
+        except Exception as exc:  # a server that cannot start or breaks: reported, not raised
             self._failed(_what(exc))
         finally:
             self.client = None
@@ -199,7 +200,7 @@ class _Connection:
         return tool_output(tool.name, result, self._owner.max_output_chars)
 
 
-class _closing_http:
+class _ClosingHttp:
     """The SDK's HTTP transport, closing the httpx client it was given when it ends."""
 
     def __init__(self, inner: Any, http: Any) -> None:
@@ -222,15 +223,6 @@ def _what(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = " ".join(str(exc).split())[:300]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("steploop")
-    except Exception:
-        return "0+unknown"
 
 
 class McpServers:
@@ -288,10 +280,11 @@ class McpServers:
             await conn.ready.wait()
         return self
 
-    async def __aexit__(self, *exc: Any) -> bool | None:
+    async def __aexit__(self, *exc: Any) -> None:
+        """Close every connection (an exception of the block goes on as it was)."""
         for conn in self._connections:
             conn.closing.set()
-        return await self._tg.__aexit__(*exc)  # type: ignore[no-any-return]
+        await self._tg.__aexit__(None, None, None)
 
     def status(self) -> dict[str, str]:
         """Each server's state: ``connected``, ``failed: WHY`` (it never connected), ``ended:
