@@ -243,7 +243,7 @@ class Run:
         await self.extensions.enter()  # MCP servers: entered first, closed last
         try:
             return await self._enter()
-        except BaseException as e:
+        except BaseException:
             if self._tg is not None:  # entered after the servers: left before them
                 self._tg.cancel_scope.cancel()
                 await self._tg.__aexit__(None, None, None)
