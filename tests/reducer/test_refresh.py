@@ -73,11 +73,13 @@ def test_an_answer_for_another_round_is_illegal() -> None:
     assert d.phase == "refreshing_tools"
 
 
-@pytest.mark.spec("I-7", "W-PROTO-3")
+@pytest.mark.spec("I-7", "W-PROTO-3", "T-ABORT-TOOLS-1")
+@pytest.mark.parametrize("max_turns", [1, 2, None])
 @pytest.mark.parametrize("kind", ["hard", "submit"])
-def test_an_interrupt_withdraws_the_read_and_ends_aborted_tools(kind: str) -> None:
-    """The read is cancelled; hard adds the tool-use interruption message (and max_turns' attachment when due)."""
-    d = Driver(claude_code_2_1_88(max_turns=1), auto_refresh=False)
+def test_an_interrupt_withdraws_the_read_and_ends_aborted_tools(kind: str, max_turns: int | None) -> None:
+    """The read is cancelled; hard adds the tool-use interruption message; the max_turns
+    attachment (turnCount 2) follows only when the next turn would pass max_turns."""
+    d = Driver(claude_code_2_1_88(max_turns=max_turns), auto_refresh=False)
     _tool_round(d)
     results_before = d.state.conversation.length
     fx = d.feed(Interrupted(kind=kind))  # type: ignore[arg-type]
@@ -88,7 +90,8 @@ def test_an_interrupt_withdraws_the_read_and_ends_aborted_tools(kind: str) -> No
         b.text for m in emitted if isinstance(m, UserMessage) for b in m.content if isinstance(b, TextBlock)
     ]
     assert texts == (["[Request interrupted by user for tool use]"] if kind == "hard" else [])
-    assert [m.attachment_type for m in emitted if isinstance(m, AttachmentMessage)] == ["max_turns_reached"]
+    attachments = [dict(m.data) for m in emitted if isinstance(m, AttachmentMessage)]
+    assert attachments == ([{"maxTurns": 1, "turnCount": 2}] if max_turns == 1 else [])
     # committed once: the round's messages are not appended again
     assert d.state.conversation.length == results_before + len(emitted)
     ledger = Ledger()
