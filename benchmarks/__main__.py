@@ -40,6 +40,8 @@ ITEMS = {
     "7": "import_speed",
     "8": "counterfactual",
     "9": "corpus",
+    "10": "viewer",
+    "11": "temporal_payloads",
 }
 
 
@@ -84,7 +86,9 @@ def item_explorer(quick: bool) -> dict[str, Any]:
 
 
 def item_import_speed(quick: bool) -> dict[str, Any]:
-    return import_speed.measure((1, 2) if quick else (1, 4, 16))
+    return import_speed.measure(
+        (1, 2) if quick else (1, 4, 16), folder_copies=2 if quick else 16, reps=1 if quick else 3
+    )
 
 
 def item_counterfactual(quick: bool) -> dict[str, Any]:
@@ -98,6 +102,18 @@ def item_corpus(quick: bool) -> dict[str, Any]:
     return corpus_throughput.measure(2_000 if quick else 20_000, reps=1)
 
 
+def item_viewer(quick: bool) -> dict[str, Any]:
+    from benchmarks import viewer_speed
+
+    return viewer_speed.measure(1_000, reps=3 if quick else 7, big=None if quick else 10_000)
+
+
+def item_temporal_payloads(quick: bool) -> dict[str, Any]:
+    from benchmarks import temporal_payloads
+
+    return temporal_payloads.measure((20, 60) if quick else (40, 160))
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -108,6 +124,8 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "import_speed": item_import_speed,
     "counterfactual": item_counterfactual,
     "corpus": item_corpus,
+    "viewer": item_viewer,
+    "temporal_payloads": item_temporal_payloads,
 }
 
 

@@ -254,6 +254,49 @@ def _explorer(item: dict[str, Any]) -> list[str]:
 
 def _import(item: dict[str, Any]) -> list[str]:
     out = ["## 7. Importing Claude Code transcripts", ""]
+    if "ratios" in item:
+        out += [
+            "The import beside a plain `json.loads` of every line of the same files, in one"
+            " interpreter, per repetition (the folder: per copy); ratio: median (q1–q3).",
+            "",
+            "| workload | steploop | MB | import s | JSON s | ratio | turns reproduced |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in item["ratios"]:
+            for label, v in r.items():
+                if label == "workload":
+                    continue
+                q = v["ratio"]
+                out.append(
+                    f"| {r['workload']} | {label} | {v['bytes'] / 1e6:.1f} | {v['import_s']['median']}"
+                    f" | {v['json_s']['median']} | {q['median']} ({q['q1']}–{q['q3']})"
+                    f" | {v['reproduced']}/{v['turns']} |"
+                )
+        out += [
+            "",
+            "| shipped folder | steploop | peak RSS MB (baseline) | import s |",
+            "|---|---|---|---|",
+        ]
+        for m in item.get("folder_memory", []):
+            out.append(
+                f"| x{m['copies']} | {m['tree']} | {m['peak_rss_mb']} ({m['baseline_rss_mb']})"
+                f" | {m['import_s']} |"
+            )
+        for label, ph in item.get("phases", {}).items():
+            parts = ", ".join(f"{k} {v}" for k, v in ph["phases_x_json"].items())
+            out += [
+                "",
+                f"CPU time by phase, shipped folder ({label}), in plain JSON reads: the import"
+                f" {round(ph['import_cpu_s'] / ph['json_cpu_s'], 1)}; {parts}.",
+            ]
+        for label, prof in item.get("profile", {}).items():
+            phases = ", ".join(f"{k} {v}%" for k, v in prof["phases_pct"].items())
+            out += [
+                "",
+                f"cProfile of the shipped folder ({label}, {prof['total_s']} s profiled): {phases};"
+                f" inside the machine's begin()/advance(): {prof['machine_step_pct']}%.",
+            ]
+        out.append("")
     out += [
         f"`{item['source']}` copied k times into one session (a manual compaction between"
         " copies), imported in a fresh interpreter; the traces of k = 1 replayed exactly.",
@@ -311,6 +354,41 @@ def _counterfactual(item: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _viewer(item: dict[str, Any]) -> list[str]:
+    out = [
+        "## 10. show --html against text show",
+        "",
+        f"{item['reps']} interleaved repetitions; seconds, median (q1–q3); the ratio is taken"
+        " per repetition. Commands: a fresh `python -m steploop.effects.cli` each time.",
+        "",
+        "| trace | steps | page KB | how | show | show --html | --html / show |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, t in item["traces"].items():
+        for how in ("command", "in_process"):
+            if how in t:
+                c = t[how]
+                out.append(
+                    f"| {name} | {t['steps']:,} | {t['page_bytes'] / 1e3:,.0f} | {how.replace('_', ' ')}"
+                    f" | {_s(c['show_s'])} | {_s(c['html_s'])} | {_s(c['ratio'])} |"
+                )
+    big = item.get("big")
+    if big:
+        b = big.get("browser")
+        seen = (
+            f"; in headless Chromium: open {b['open_s']} s, `#round=9000` {b['deep_link_s']} s,"
+            f" {b['rows_in_the_dom']} rows in the DOM"
+            if b
+            else "; no browser here"
+        )
+        out += [
+            "",
+            f"A {big['rounds']:,}-round page: written in {big['write_s']} s,"
+            f" {big['page_bytes'] / 1e6:.1f} MB (the trace: {big['trace_bytes'] / 1e6:.1f} MB){seen}.",
+        ]
+    return [*out, ""]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The summary: machine, the goal table, each item's figures, profiles of missed goals."""
     m = report["machine"]
@@ -335,40 +413,47 @@ def markdown(report: dict[str, Any]) -> str:
     items = report["items"]
     profiles: list[str] = []
     for key, item in items.items():
-        if not item.get("available", True) and not key.startswith(("3", "6")):
+        number = key.split("_", 1)[0]
+        if not item.get("available", True) and number not in ("3", "6"):
             lines += [f"## {key}", "", f"Not available: {item['reason']}", ""]
             continue
-        if key.startswith("1"):
+        if number == "1":
             lines += _loop_overhead(item)
             if "profile" in item:
                 profiles += _profile(
                     "item 1, steploop as shipped, one run at the largest n", item["profile"]
                 )
-        elif key.startswith("2"):
+        elif number == "2":
             lines += _round_cost(item)
             if "profile" in item:
                 profiles += _profile("item 2, rounds at the largest history", item["profile"])
-        elif key.startswith("3"):
+        elif number == "3":
             lines += _replay(item)
             if "profile" in item:
                 profiles += _profile(
                     "item 3, replay_exact on a 5,000-event trace (fresh interpreter, warm)",
                     item["profile"],
                 )
-        elif key.startswith("4"):
+        elif number == "4":
             lines += _streaming(item)
-        elif key.startswith("5"):
+        elif number == "5":
             lines += _sdk(item)
             if "profile" in item:
                 profiles += _profile("item 5, one steploop run against the server", item["profile"])
-        elif key.startswith("6"):
+        elif number == "6":
             lines += _explorer(item)
-        elif key.startswith("7"):
+        elif number == "7":
             lines += _import(item)
-        elif key.startswith("8"):
+        elif number == "8":
             lines += _counterfactual(item)
-        elif key.startswith("9"):
+        elif number == "9":
             lines += _corpus(item)
+        elif number == "10":
+            lines += _viewer(item)
+        elif number == "11":
+            from benchmarks.temporal_payloads import markdown as payloads
+
+            lines += payloads(item)
     if profiles:
         lines += ["## Where the time goes (missed goals)", "", *profiles]
     return "\n".join(lines).rstrip() + "\n"

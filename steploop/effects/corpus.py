@@ -27,7 +27,9 @@ another worker by itself, and then reports its traces failed.
 
 The command-line entry points are :func:`stats_command` and :func:`replay_command`
 (``steploop stats`` and ``steploop replay`` with several traces, a directory, ``--jobs`` or
-``--scheduler``).
+``--scheduler``). ``stats --format FORMAT OUT`` runs
+:func:`steploop.effects.stats_export.export_task` instead of :func:`stats_task` and writes the
+rows its outcomes carry as tables (:mod:`steploop.effects.stats_export`).
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class TraceOutcome:
     input_tokens: int = 0
     """Input tokens of every model response, cache creation and cache reads included."""
     output_tokens: int = 0
+    rows: tuple[Any, ...] = ()
+    """A table-making task's rows (``stats --format``: the turn's row and its rounds' rows)."""
 
 
 Task: TypeAlias = Callable[[str], TraceOutcome]
@@ -602,7 +606,15 @@ def stats_command(args: argparse.Namespace, out: TextIO) -> int:
     another was read); one whose worker failed is reported as an error (exit status 2); when
     no trace could be read at all, the exit status is 2 (a bad input file), as ``replay``'s."""
     inputs: list[str] = list(args.dir) if isinstance(args.dir, list) else [args.dir]
-    outcomes, _ = _run(args, inputs, stats_task, "reading")
+    export = getattr(args, "format", None)
+    task: Task = stats_task
+    if export:
+        from steploop.effects.stats_export import FORMATS, export_task
+
+        if export[0] not in FORMATS:
+            raise CorpusError(f"--format {export[0]!r}: expected one of {', '.join(FORMATS)}")
+        task = export_task
+    outcomes, _ = _run(args, inputs, task, "reading")
     err = sys.stderr
     for o in outcomes:
         if o.status == "unreadable":
@@ -619,6 +631,14 @@ def stats_command(args: argparse.Namespace, out: TextIO) -> int:
     if not summary.by_status["ok"]:
         print(f"steploop: error: none of the {summary.traces} trace(s) could be read", file=err)
         return 2
+    if export:
+        from steploop.effects.stats_export import write_tables
+
+        read = [o for o in outcomes if o.status == "ok"]
+        rounds = [r for o in read for r in o.rows[1]]
+        for path in write_tables([o.rows[0] for o in read], rounds, export[0], export[1]):
+            n = len(read) if path.stem == "turns" else len(rounds)
+            print(f"wrote {path} ({n:,} rows)", file=out)
     return 2 if summary.by_status["failed"] else 0
 
 

@@ -49,7 +49,6 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-import steploop
 from steploop.effects import answer
 from steploop.effects.answer import PermissionPolicy, stamped
 from steploop.effects.boundary import ToolUseIds
@@ -272,7 +271,6 @@ class Run:
                 self.transcript_path,
                 session_id=self.session_id,
                 cwd=str(self._workspace),
-                version=str(steploop.__version__),
                 stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
                 api_ids=getattr(self._model, "api_ids", None),  # message.id, requestId
                 agent_id=self.config.agent_id,  # a sub-agent's sidechain
@@ -330,8 +328,7 @@ class Run:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    # -- stepping: the run is the live world of a driver loop (steploop.reducer.drive.Loop,
-    # W-DRIVE-4) and pushes every event into it, as the module docstring says.
+    # -- stepping: the live world of a driver loop (W-DRIVE-4), as the module docstring says
 
     @property
     def transitions(self) -> list[Transition]:

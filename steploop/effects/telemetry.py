@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import steploop
+from steploop.effects.trace.provenance import steploop_version
 from steploop.reducer import LoopConfig
 from steploop.reducer.effects import (
     CallModel,
@@ -98,7 +98,7 @@ class Telemetry:
             raise TelemetryError("telemetry needs opentelemetry: pip install 'steploop[otel]'") from None
         provider: Any = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self.provider = provider
-        self.tracer = provider.get_tracer("steploop", str(steploop.__version__))
+        self.tracer = provider.get_tracer("steploop", steploop_version())
         self.agent_name = agent_name
         self._owned = False
 

@@ -16,8 +16,8 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from itertools import zip_longest
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,7 +34,6 @@ from steploop.effects.cli_common import (
     one_line,
     parse_overrides,
     printable,
-    short,
 )
 from steploop.effects.redaction import Redactor
 from steploop.effects.show_cli import SHOW_ALL_UP_TO, SHOW_ENDS, cmd_show
@@ -44,7 +43,6 @@ from steploop.effects.trace import (
     VERIFY_POLICIES,
     Policy,
     ReplayProgress,
-    StepRecord,
     TraceError,
     TraceReader,
     describe_effect,
@@ -56,9 +54,7 @@ from steploop.effects.trace import (
     resume_trace,
 )
 from steploop.reducer import LoopConfig, SteploopError
-from steploop.reducer.canonical import to_data
 from steploop.reducer.config import profile_for
-from steploop.reducer.effects import Effect
 
 __all__ = ["TRACE_COMMANDS", "claude_code_transcript", "explain", "main", "register"]
 
@@ -125,12 +121,6 @@ def explain(e: Exception) -> str:
     return str(e)
 
 
-def _steps(reader: TraceReader) -> Iterator[StepRecord]:
-    for rec in reader:
-        if isinstance(rec, StepRecord):
-            yield rec
-
-
 # ----------------------------------------------------------------------------------------------
 # replay
 
@@ -144,7 +134,9 @@ def _recorded_config(path: str) -> LoopConfig:
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    counterfactual = bool(args.set or args.profile or args.on_divergence or args.script)
+    counterfactual = bool(
+        args.set or args.profile or args.on_divergence or args.script or args.html
+    )
     from steploop.effects import corpus  # several traces, a directory, --jobs, --scheduler
 
     if corpus.is_corpus(args):
@@ -192,6 +184,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
         )
 
     bytes_bar = _ByteBar("replaying", err, show)
+    scratch = tempfile.TemporaryDirectory(prefix="steploop-replay-") if args.html else None
+    record = os.path.join(scratch.name, "counterfactual.jsonl") if scratch is not None else None
 
     async def go() -> Any:
         try:
@@ -203,23 +197,31 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
                 base=base,
                 model=model,
                 progress=bytes_bar.update if show else None,
+                record=record,
             )
         finally:
             if client is not None:
                 await client.close()
 
     try:
-        report = anyio.run(go)
+        try:
+            report = anyio.run(go)
+        finally:
+            bytes_bar.close()
+        what = [f"profile {args.profile}" if args.profile else "the recorded config"]
+        if overrides:
+            what.append("overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
+        title = f"counterfactual replay of {args.trace} with {'; '.join(what)}; on divergence: {policy}"
+        print(title, file=out)
+        _print_verdict(report.describe(), report.ok, out)
+        if record is not None:
+            from steploop.effects.viewer import write_replay_html
+
+            path = write_replay_html(args.trace, record, args.html, report=report, title=title)
+            print(f"wrote {path} (the recording and the new run side by side)", file=out)
     finally:
-        bytes_bar.close()
-    what = [f"profile {args.profile}" if args.profile else "the recorded config"]
-    if overrides:
-        what.append("overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
-    print(
-        f"counterfactual replay of {args.trace} with {'; '.join(what)}; on divergence: {policy}",
-        file=out,
-    )
-    _print_verdict(report.describe(), report.ok, out)
+        if scratch is not None:
+            scratch.cleanup()
     return 0 if report.ok else 1
 
 
@@ -270,140 +272,18 @@ def _print_verdict(text: str, ok: bool, out: TextIO) -> None:
 # diff
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    if isinstance(data, list) and data:
-        out = {}
-        for k, v in enumerate(data):
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: data}
-
-
-_TIME_KEYS = ("at_ms",)
-
-
-def _field_diff(a: Any, b: Any, exact: bool) -> list[tuple[str, Any, Any]]:
-    """The leaves that differ, as (dotted path, A's value, B's value); times ignored unless
-    ``exact`` (a field named ``at_ms`` at any depth)."""
-    fa, fb = _flat(to_data(a)), _flat(to_data(b))
-    out = []
-    for key in list(fa) + [k for k in fb if k not in fa]:
-        if not exact and key.rsplit(".", 1)[-1] in _TIME_KEYS:
-            continue
-        va, vb = fa.get(key, "(absent)"), fb.get(key, "(absent)")
-        if va != vb:
-            out.append((key, va, vb))
-    return out
-
-
-def _cut(value: Any, n: int) -> str:
-    """A value's repr on one line: secrets hidden before it is cut to ``n`` characters."""
-    return short(for_terminal(repr(value)), n)
-
-
-def _show_fields(diffs: list[tuple[str, Any, Any]], indent: str = "  ", limit: int = 8) -> list[str]:
-    lines = [f"{indent}{k}: {_cut(va, 160)} → {_cut(vb, 160)}" for k, va, vb in diffs[:limit]]
-    if len(diffs) > limit:
-        lines.append(f"{indent}… and {len(diffs) - limit} more field(s)")
-    return lines
-
-
-def _inline_fields(diffs: list[tuple[str, Any, Any]], limit: int = 8) -> str:
-    shown = ", ".join(f"{k} ({_cut(va, 60)} → {_cut(vb, 60)})" for k, va, vb in diffs[:limit])
-    return shown + (f" and {len(diffs) - limit} more" if len(diffs) > limit else "")
-
-
-def _effect_lines(label: str, effects: Sequence[Effect]) -> list[str]:
-    if not effects:
-        return [f"  {label} effects: none"]
-    lines = [f"  {label} effects ({len(effects)}):"]
-    for k, e in enumerate(effects[:20]):
-        lines.append(f"    {k}: {describe_effect(e, 200)}")
-    if len(effects) > 20:
-        lines.append(f"    … {len(effects) - 20} more")
-    return lines
-
-
 def cmd_diff(args: argparse.Namespace, out: TextIO) -> int:
-    a, b = TraceReader(args.a), TraceReader(args.b)
-    steps_a, steps_b = _steps(a), _steps(b)
-    first_a, first_b = next(steps_a, None), next(steps_b, None)
-    ha, hb = a.header, b.header
-    assert ha is not None and hb is not None
-    exact = bool(args.exact)
-    changed = _field_diff(ha.config, hb.config, True)
-    if changed:
-        _say(f"configs differ: {_inline_fields(changed)}", out)
-    requests = _field_diff(ha.request, hb.request, exact)
-    if requests:
-        _say(f"requests differ: {_inline_fields(requests)}", out)
+    from steploop.effects.trace_diff import diff_traces
 
-    def chain(first: StepRecord | None, rest: Iterator[StepRecord]) -> Iterator[StepRecord]:
-        if first is not None:
-            yield first
-            yield from rest
+    found = diff_traces(args.a, args.b, exact=bool(args.exact))
+    for line in found.lines:
+        _say(line, out)
+    if args.html:
+        from steploop.effects.viewer import write_compare_html
 
-    n = 0
-    for sa, sb in zip_longest(chain(first_a, steps_a), chain(first_b, steps_b)):
-        if sa is None or sb is None:
-            longer, rec, shorter = ("B", sb, "A") if sa is None else ("A", sa, "B")
-            assert rec is not None
-            _say(
-                f"first divergence at step {rec.i}: {shorter} ends after step {n - 1}; "
-                f"{longer} continues with {describe_effect(rec.event, 200)}",
-                out,
-            )
-            return 1
-        if sa.event is None or sb.event is None:
-            same_event = sa.event is sb.event
-            event_diff: list[tuple[str, Any, Any]] = []
-        else:
-            event_diff = _field_diff(sa.event, sb.event, exact)
-            same_event = not event_diff
-        if not same_event:
-            _say(f"first divergence at step {sa.i}: the events differ", out)
-            for line in _show_fields(event_diff):
-                _say(line, out)
-            _say(f"  A event: {describe_effect(sa.event, 400)}", out)
-            _say(f"  B event: {describe_effect(sb.event, 400)}", out)
-            return 1
-        if sa.effects != sb.effects:
-            _say(f"first divergence at step {sa.i}: same event, the effects differ", out)
-            for k, (ea_, eb_) in enumerate(zip_longest(sa.effects, sb.effects)):
-                if ea_ == eb_:
-                    continue
-                if ea_ is None or eb_ is None:
-                    who = "B" if ea_ is None else "A"
-                    _say(f"  effect {k}: only {who} has {describe_effect(ea_ or eb_, 200)}", out)
-                else:
-                    _say(f"  effect {k} ({ea_.TAG} / {eb_.TAG}):", out)
-                    for line in _show_fields(_field_diff(ea_, eb_, True), "    "):
-                        _say(line, out)
-                break
-            for line in _effect_lines("A", sa.effects) + _effect_lines("B", sb.effects):
-                _say(line, out)
-            return 1
-        if exact and sa.digest != sb.digest:
-            _say(f"first divergence at step {sa.i}: the state digests differ", out)
-            _say(f"  A: {sa.digest}\n  B: {sb.digest}", out)
-            return 1
-        n += 1
-    ea, eb = a.end, b.end
-    ta = ea.terminal.TAG if ea else "no end record"
-    tb = eb.terminal.TAG if eb else "no end record"
-    if ta != tb:
-        _say(f"first divergence after step {n - 1}: A ends {ta}, B ends {tb}", out)
-        return 1
-    if changed or requests:
-        _say(f"the same {n} steps ({ta}) from different headers", out)
-        return 1
-    _say(f"identical ({n} steps; {ta})", out)
-    return 0
+        path = write_compare_html(args.a, args.b, args.html, diff=found)
+        print(f"wrote {path} (A and B side by side: open it in a browser)", file=out)
+    return 0 if found.identical else 1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -538,6 +418,12 @@ def register(subparsers: Any) -> dict[str, Handler]:
     )
     p.add_argument("--script", metavar="FILE", help="the JSON script for --on-divergence scripted")
     p.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="counterfactual replay: write the recording and the new run side by side, aligned "
+        "by round, the first divergence named (one self-contained page)",
+    )
+    p.add_argument(
         "--verify",
         choices=VERIFY_POLICIES,
         help="exact replay: check the state digest after every step (default), or only at "
@@ -560,6 +446,12 @@ def register(subparsers: Any) -> dict[str, Handler]:
     d.add_argument("a", metavar="A")
     d.add_argument("b", metavar="B")
     d.add_argument("--exact", action="store_true", help="compare event times and state digests too")
+    d.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="also write A and B side by side, aligned by round, the first divergence named "
+        "(one self-contained page)",
+    )
     d.set_defaults(handler=cmd_diff)
 
     s = subparsers.add_parser("show", help="a trace's timeline, one row per round")
@@ -577,7 +469,8 @@ def register(subparsers: Any) -> dict[str, Handler]:
     s.add_argument(
         "--html",
         metavar="OUT.html",
-        help="write the timeline and the machine's diagram as one self-contained HTML file",
+        help="write the step-through viewer: rounds, requests, steps, tokens per context "
+        "layer, the timeline and the machine's diagram (one self-contained HTML file)",
     )
     s.set_defaults(handler=cmd_show)
 
@@ -586,6 +479,14 @@ def register(subparsers: Any) -> dict[str, Handler]:
     )
     st.add_argument("dir", metavar="DIR", nargs="+", help="directories, traces, @LIST files")
     corpus_options(st, progress=True)
+    st.add_argument(
+        "--format",
+        nargs=2,
+        metavar=("FORMAT", "OUT"),
+        help="also write the tables turns and rounds (one row per trace, one per round) into "
+        "the directory OUT as FORMAT: parquet (needs steploop[parquet]), csv or json (JSON "
+        "Lines); columns in docs/viewer.md",
+    )
     st.set_defaults(handler=cmd_stats)
 
     r = subparsers.add_parser("resume", help="continue a killed run, appending to its trace")

@@ -262,7 +262,8 @@ class TranscriptWriter:
     strings to redact. ``model``: the model client, whose credentials are redacted too (None:
     the client ``api_ids`` is a method of, if it is one). ``agent_id``: a sub-agent's id; its
     records are a sidechain (``isSidechain: true``, ``agentId``), as Claude Code writes
-    ``<session>/subagents/agent-<id>.jsonl``.
+    ``<session>/subagents/agent-<id>.jsonl``. ``version``: the records' ``version`` (None:
+    the installed steploop's).
     """
 
     def __init__(
@@ -271,7 +272,7 @@ class TranscriptWriter:
         *,
         session_id: str | None = None,
         cwd: str,
-        version: str,
+        version: str | None = None,
         clock: Callable[[], datetime] = _utc_now,
         secrets: Iterable[str] | None = None,
         stop_hooks: object | None = None,
@@ -286,7 +287,7 @@ class TranscriptWriter:
         self._ids_of: tuple[int, tuple[str | None, str | None]] = (-1, (None, None))
         self._call_id: int | None = None  # the model call streaming now (its records held)
         self._cwd = cwd
-        self._version = version
+        self._version = version if version is not None else _installed_version()
         self._clock = clock
         self._lock = threading.Lock()
         self._file: IO[bytes] | None = None
@@ -741,3 +742,12 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("steploop")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -7,6 +7,7 @@ from steploop.reducer.config import (
     PROFILES,
     Compat,
     Gates,
+    Legacy,
     LoopConfig,
     RetryPolicy,
     claude_code_2_1_88,
@@ -18,16 +19,19 @@ from steploop.reducer.conversation import Conversation
 from steploop.reducer.errors import ConfigError, IllegalEvent, SteploopError
 from steploop.reducer.machine import TABLE, allowed_events, start, step
 from steploop.reducer.state import PHASES, LoopState, Phase, Request, Session
+from steploop.reducer.versions import VERSION_ROWS, claude_code, version_basis
 
 __all__ = [
     "PHASES",
     "PROFILES",
     "TABLE",
+    "VERSION_ROWS",
     "Compat",
     "ConfigError",
     "Conversation",
     "Gates",
     "IllegalEvent",
+    "Legacy",
     "LoopConfig",
     "LoopState",
     "Phase",
@@ -36,10 +40,12 @@ __all__ = [
     "Session",
     "SteploopError",
     "allowed_events",
+    "claude_code",
     "claude_code_2_1_88",
     "default",
     "full",
     "profile",
     "start",
     "step",
+    "version_basis",
 ]

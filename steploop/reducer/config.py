@@ -7,12 +7,17 @@ Three profiles (specs/profiles.md has the full table):
 * :func:`claude_code_2_1_88` -- the shipped build: its gates and every compatibility flag on;
 * :func:`full` -- the 2.1.88 build with every gate on (collapse on switches auto-compact off).
 
+Earlier Claude Code versions are :func:`steploop.reducer.versions.claude_code` (one table of the
+behaviours that differ by version, ``VERSION_ROWS``): the 2.1.88 profile with the ``legacy``
+group and a few constants set as each version had them.
+
 Invalid values raise :class:`steploop.reducer.ConfigError` when the config is built, never in step().
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Literal
 
 import attrs
@@ -23,6 +28,7 @@ __all__ = [
     "PROFILES",
     "Compat",
     "Gates",
+    "Legacy",
     "LoopConfig",
     "RetryPolicy",
     "claude_code_2_1_88",
@@ -35,7 +41,12 @@ __all__ = [
 
 # Every message names the field as a dotted key (``retry.max_delay_ms``), the spelling
 # ``--set`` and :meth:`LoopConfig.with_overrides` take.
-_GROUP_PREFIX = {"Gates": "gates.", "Compat": "compat.", "RetryPolicy": "retry."}
+_GROUP_PREFIX = {
+    "Gates": "gates.",
+    "Compat": "compat.",
+    "Legacy": "legacy.",
+    "RetryPolicy": "retry.",
+}
 
 
 def _key(inst: object, name: str) -> str:
@@ -146,6 +157,35 @@ class Compat:
     stop_hook_active_cleared_by_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-11
     nonsafe_tools_start_mid_stream: bool = attrs.field(default=False, validator=_bool)  # Q-12
     stop_hook_summary_last: bool = attrs.field(default=False, validator=_bool)  # Q-13
+    nonstreaming_single_message: bool = attrs.field(default=False, validator=_bool)  # Q-14
+
+
+#: How the context is counted against the thresholds (specs/ R-TOK-1, VER-3).
+ContextCount = Literal["estimate_from_first", "estimate_from_last", "last_usage"]
+
+
+@attrs.frozen(kw_only=True)
+class Legacy:
+    """Behaviours of Claude Code versions before 2.1.88 (specs/ VER-*, specs/profiles.md).
+
+    Every field's default is the 2.1.88 behaviour, so every named profile leaves the group at
+    its defaults; :func:`steploop.reducer.versions.claude_code` sets the fields a version had
+    otherwise, from the one table ``VERSION_ROWS``.
+    """
+
+    # VER-1: an API-error message is followed by the stop hooks (2.1.88 skips them: G1)
+    stop_hooks_after_api_error: bool = attrs.field(default=False, validator=_bool)
+    # VER-2: no stop_hook_summary record is written, whatever the hooks did
+    no_stop_hook_summary: bool = attrs.field(default=False, validator=_bool)
+    # VER-3: the context count (R-TOK-1): anchored at the last response's first record
+    # (2.1.88), at its last record, or its usage alone (nothing estimated after it)
+    context_count: ContextCount = attrs.field(
+        default="estimate_from_first",
+        validator=_one_of("estimate_from_first", "estimate_from_last", "last_usage"),
+    )
+    # VER-6: API-error messages carry no `error` category, and a usage-limit error is the
+    # API's own text (`Claude AI usage limit reached|<epoch>`), not `API Error: ...`
+    api_errors_1_0: bool = attrs.field(default=False, validator=_bool)
 
 
 @attrs.frozen(kw_only=True)
@@ -229,6 +269,7 @@ class LoopConfig:
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_group(RetryPolicy))
     gates: Gates = attrs.field(factory=Gates, validator=_group(Gates))
     compat: Compat = attrs.field(factory=Compat, validator=_group(Compat))
+    legacy: Legacy = attrs.field(factory=Legacy, validator=_group(Legacy))
 
     def __attrs_post_init__(self) -> None:
         # the field validators ran first, so every value here has its type
@@ -381,13 +422,24 @@ PROFILES = {"default": default, "claude_code_2_1_88": claude_code_2_1_88, "full"
 
 
 def profile(name: str) -> LoopConfig:
-    """The named profile. Raises ConfigError for an unknown name."""
-    try:
-        return PROFILES[name]()
-    except KeyError:
-        raise ConfigError(
-            f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}"
-        ) from None
+    """The named profile, or a Claude Code version's (``claude_code_2_1_56``, the name
+    :func:`steploop.reducer.versions.claude_code` gives it). Raises ConfigError for an unknown
+    name."""
+    make = PROFILES.get(name)
+    if make is not None:
+        return make()
+    m = _VERSION_NAME.match(name) if isinstance(name, str) else None
+    if m is not None:
+        from steploop.reducer.versions import claude_code
+
+        return claude_code(".".join(m.groups()))
+    raise ConfigError(
+        f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}, or a Claude Code "
+        "version as claude_code_MAJOR_MINOR_PATCH (claude_code_2_1_56)"
+    )
+
+
+_VERSION_NAME = re.compile(r"^claude_code_(\d{1,4})_(\d{1,4})_(\d{1,5})$")
 
 
 #: What belongs to a run rather than to a machine: kept when a profile is applied to it.
@@ -415,7 +467,8 @@ def profiles_markdown() -> str:
         "# Profiles",
         "",
         "Generated by `steploop.reducer.config.profiles_markdown()`; `tests/reducer/test_profiles_table.py`",
-        "fails when this file and the code disagree. Rules: P-DEFAULT-1, P-CC-1, P-FULL-1.",
+        "fails when this file and the code disagree. Rules: P-DEFAULT-1, P-CC-1, P-FULL-1,",
+        "P-VERSION-1; the `legacy` group is set only by `claude_code(version)` (Versions, below).",
         "",
         "| key | " + " | ".join(f"`{n}`" for n in names) + " |",
         "|---|" + "---|" * len(names),
@@ -451,7 +504,9 @@ def profiles_markdown() -> str:
             f"| `{d}` | " + " | ".join(f"`{getattr(c, d)!r}`" for c in cfgs.values()) + " |"
         )
     lines += _fidelity_rows()
-    return "\n".join(lines) + "\n"
+    from steploop.reducer.versions import versions_markdown  # imports this module: loaded here
+
+    return "\n".join(lines) + "\n\n" + versions_markdown()
 
 
 def _fidelity_rows() -> list[str]:

@@ -8,7 +8,9 @@ as ``CallModel`` carry a ``Conversation`` without copying it; the shell material
 Token accounting follows the reference (specs/ R-TOK-1): the context size is the usage total of
 the last response with real usage, anchored at the *first* record of that response, plus a rough
 estimate (UTF-16 length / 4, rounded half up; images 2,000; an opaque block its JSON text) of
-every message after the anchor.
+every message after the anchor. Earlier Claude Code versions counted otherwise (specs/ VER-3):
+anchored at the record that carries the usage, or the usage alone; :meth:`Conversation.token_count`
+takes the rule as its ``mode``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).enco
 def _utf16_len(s: str) -> int:
     if s.isascii():
         return len(s)
-    return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
+    # two bytes a UTF-16 unit (a lone surrogate is one unit, as in the reference's string length)
+    return len(s.encode("utf-16-le", "surrogatepass")) >> 1
 
 
 def estimate_text(s: str) -> int:
@@ -153,6 +156,8 @@ class Conversation:
     # the running estimate right after its first record.
     run_response_id: str | None
     est_after_run_first: int
+    # the running estimate right after the last record with real usage (VER-3)
+    est_at_usage: int
 
     def __init__(
         self,
@@ -166,6 +171,7 @@ class Conversation:
         est_at_anchor: int,
         run_response_id: str | None,
         est_after_run_first: int,
+        est_at_usage: int = 0,
     ) -> None:
         """A node; ``digest=None`` means "computed from ``prev`` and ``last`` when asked"."""
         if digest is None and (last is None or prev is None):
@@ -183,6 +189,7 @@ class Conversation:
                 "est_at_anchor": est_at_anchor,
                 "run_response_id": run_response_id,
                 "est_after_run_first": est_after_run_first,
+                "est_at_usage": est_at_usage,
             },
         )
 
@@ -232,10 +239,12 @@ class Conversation:
                 after_first = est
         anchor_usage = self.anchor_usage
         est_at_anchor = self.est_at_anchor
+        est_at_usage = self.est_at_usage
         if _has_real_usage(m):
             assert isinstance(m, AssistantMessage) and m.usage is not None
             anchor_usage = m.usage.total
             est_at_anchor = after_first
+            est_at_usage = est
         c = _new(Conversation)
         _set(
             c,
@@ -250,6 +259,7 @@ class Conversation:
                 "est_at_anchor": est_at_anchor,
                 "run_response_id": run_id,
                 "est_after_run_first": after_first,
+                "est_at_usage": est_at_usage,
             },
         )
         return c
@@ -260,11 +270,21 @@ class Conversation:
             c = c.append(m)
         return c
 
-    def token_count(self) -> int:
-        """Context size: last real usage + estimate of what came after (R-TOK-1)."""
+    def token_count(self, mode: str = "estimate_from_first") -> int:
+        """Context size: last real usage + estimate of what came after (R-TOK-1).
+
+        ``mode`` (specs/ VER-3, ``LoopConfig.legacy.context_count``): ``estimate_from_first``
+        anchors at the first record of the last response with real usage (2.1.88);
+        ``estimate_from_last`` at the record that carries the usage (its last); ``last_usage``
+        is that usage alone, nothing after it estimated. With no usage, everything is
+        estimated."""
         if self.anchor_usage is None:
             return self.est_total
-        return self.anchor_usage + (self.est_total - self.est_at_anchor)
+        if mode == "estimate_from_first":
+            return self.anchor_usage + (self.est_total - self.est_at_anchor)
+        if mode == "estimate_from_last":
+            return self.anchor_usage + (self.est_total - self.est_at_usage)
+        return self.anchor_usage
 
     def reversed(self) -> Iterator[Message]:
         node: Conversation | None = self
@@ -309,6 +329,7 @@ _EMPTY = Conversation(
     est_at_anchor=0,
     run_response_id=None,
     est_after_run_first=0,
+    est_at_usage=0,
 )
 
 _ = SystemMessage  # system notices are part of the conversation but estimate to 0

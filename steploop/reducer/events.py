@@ -137,7 +137,8 @@ class ToolFinished:
 
     ``hook_stopped``: a hook asked the loop to stop after this call; ``hook_event`` says which
     (a PreToolUse hook that let the call run, or a PostToolUse hook) and ``hook_stop_reason``
-    the hook's own stop reason, if it gave one (T-HOOK-1).
+    the hook's own stop reason, if it gave one (T-HOOK-1). ``model``: the tool set the main
+    loop's model for the rest of the turn (a Skill whose definition names a model, R-MODEL-2).
     """
 
     TAG: ClassVar[str] = "tool_finished"
@@ -148,6 +149,7 @@ class ToolFinished:
     hook_stopped: bool = False
     hook_event: HookEvent = "PostToolUse"
     hook_stop_reason: str = ""
+    model: str | None = None
     at_ms: int = 0
 
 

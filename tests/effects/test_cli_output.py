@@ -209,10 +209,10 @@ def test_rounds_and_tokens_mean_the_same_in_run_and_show(tmp_path: Path) -> None
     assert "2 round(s); terminal completed" in shown
     rows = [line.split() for line in shown.splitlines() if line.strip()[:1].isdigit() and "steps," not in line]
     assert [r[-2] for r in rows] == ["1,210/5", "1,210/5"]  # 2 x 1,210 = the result line's 2,420
-    from steploop.effects.viewer import write_html
+    from steploop.effects.viewer import trace_view
 
-    page = write_html(trace, tmp_path / "t.html").read_text("utf-8")  # the viewer: the same words
-    assert page.count('"tokens_in": 1210, "tokens_out": 5') == 2 and ' tokens · tokens in/out "' in page
+    rounds = trace_view(trace).data["rounds"]  # the viewer: the same rounds, the same tokens
+    assert [(r["tin"], r["tout"]) for r in rounds] == [(1210, 5), (1210, 5)]
 
 
 ERRING_HOOK = "import sys; sys.exit(1)"
@@ -265,7 +265,7 @@ def test_a_permission_question_reaches_the_user_when_stdout_is_a_pipe(
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
     ask = AskPermission(generation=1, tool_use_id="t1", name="Bash", input={"command": f"echo {KEY}\x1b[2J"})
-    req = PermissionRequest(None, ask)  # type: ignore[arg-type]  # the asker reads name and input only
+    req = PermissionRequest(ask, lambda *_: None)  # the asker reads name and input only
     assert PermissionAsker(interactive=True)(req) is True
     captured = capsys.readouterr()
     assert captured.out == ""

@@ -6,6 +6,7 @@ pins the exact problem lines and the verdict for it.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -41,7 +42,7 @@ DERIVED = ROOT / "tests" / "data" / "cc-transcripts" / "derived"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((DERIVED / "expected.json").read_text("utf-8"))
 
 
-@pytest.mark.spec("IMP-1", "IMP-4", "IMP-5", "IMP-6")
+@pytest.mark.spec("IMP-1", "IMP-4", "IMP-5", "IMP-6", "IMP-23")
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_derived_case(name: str) -> None:
     """Each bad or unusual file: exactly its problem lines, then its turns and verdicts."""
@@ -55,6 +56,18 @@ def test_derived_case(name: str) -> None:
         if t.divergence is not None:
             causes[t.divergence.cause] = causes.get(t.divergence.cause, 0) + 1
     assert causes == want.get("causes", {})
+    assert sum(1 for t in rep.turns if t.verdict == "reproduced-to-cut") == want.get("cut", 0)
+    if "threads" in want:  # each thread's place: where it forks, its chains, its call (IMP-23)
+        got = []
+        for th in rep.thread_list:
+            entry: dict[str, Any] = {
+                "name": th.name, "own": th.own, "fork": th.fork,
+                "chains": [c["root"] for c in th.chains], "turns": th.turns,
+            }  # fmt: skip
+            if th.parent is not None:
+                entry["parent"] = th.parent["tool_use_id"]
+            got.append(entry)
+        assert got == want["threads"]
 
 
 @pytest.mark.spec("Q-13", "IMP-19")
@@ -388,12 +401,57 @@ def test_the_next_turn_starts_from_the_transcript_after_its_compaction(tmp_path:
     assert ids == ["b1", "s1x"]
 
 
-@pytest.mark.spec("IMP-16")
+@pytest.mark.spec("IMP-16", "IMP-22")
 def test_a_turn_cut_off_waiting_for_the_model(tmp_path: Path) -> None:
+    """A prompt and nothing after it: the call is left waiting, the turn reproduced up to the
+    cut (the prompt), not a divergence."""
     path = _write(tmp_path, [_user("u1", None, "anyone there?")])
     (turn,) = import_file(path, None, name="s1.jsonl").turns
     assert turn.terminal is None and not turn.reproduced
-    assert turn.divergence is not None and turn.divergence.cause == "cut-off"
+    assert turn.verdict == "reproduced-to-cut" and turn.divergence is None
+    assert turn.cut == (
+        "after line 1: the transcript's turn ends here while the machine is streaming model call 1"
+    )
+
+
+@pytest.mark.spec("IMP-22")
+def test_a_turn_cut_off_mid_tool_is_reproduced_up_to_the_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The transcript ends after a tool call with no result: the turn is compared up to the cut
+    and reported as reproduced up to the cut, counted apart from the turns that ended, in the
+    report, the table, the summary and the trace's provenance."""
+    from steploop.effects.cli import main
+
+    path = _write(
+        tmp_path,
+        [
+            _user("u1", None, "hello"),
+            _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+            _user("u2", "a1", "run the tests"),
+            _assistant("a2", "u2", "m2", {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "mix test"}}),
+        ],
+    )  # fmt: skip
+    out_dir = tmp_path / "out"
+    text = io.StringIO()
+    assert main(["import", str(path), "-o", str(out_dir)], text) == 0
+    printed = " ".join(text.getvalue().split())
+    assert "2 user turn(s): 1 ended, 1 reproduced exactly (100.0% of those that ended); 1 cut off by the transcript, reproduced up to the cut" in printed
+    assert printed.split("first divergences ")[1].startswith(f"{path} 2 1 1 1 1 file(s)")
+    report = json.loads((out_dir / "import-report.json").read_text(encoding="utf-8"))
+    t1, t2 = report["reports"][0]["turns"]
+    assert (t1["verdict"], t1["reproduced"]) == ("reproduced", True)
+    assert (t2["verdict"], t2["reproduced"], t2["divergence"]) == ("reproduced-to-cut", False, None)
+    assert t2["cut"] == (
+        "after line 4: the transcript's turn ends here while the machine is running_tools, "
+        "waiting for Bash t1"
+    )
+    assert report["reproduced"] == 1 and report["reproduced_to_cut"] == 1 and report["causes"] == {}
+    header = json.loads((out_dir / "s1.t002.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    prov = header["provenance"]
+    assert prov["verdict"] == "reproduced-to-cut" and prov["reproduced"] is False
+    assert prov["cut"] == t2["cut"] and prov["cause"] is None
+    capsys.readouterr()
 
 
 @pytest.mark.spec("IMP-19")
@@ -476,3 +534,154 @@ def test_records_with_anything_in_them_never_crash_the_importer(tmp_path: Path) 
         assert not any("importer failed" in p.message for p in rep.problems), rep.problems
         for trace in out.glob("*.jsonl"):
             assert replay_exact(trace).ok, (seed, trace.name)
+
+
+# --- issue 27 item 18: reading odd files, and what a failed command leaves ---------------------
+
+
+@pytest.mark.spec("IMP-1")
+def test_a_utf8_bom_does_not_lose_the_first_record(tmp_path: Path) -> None:
+    """A file saved with a UTF-8 byte-order mark: its first record is read like the others."""
+    records = [
+        _user("u1", None, "hello"),
+        _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+    ]
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in records).encode())
+    rep = import_file(path, None, name="bom.jsonl")
+    assert rep.problems == []
+    (turn,) = rep.turns
+    assert turn.lines == (1, 2) and turn.reproduced
+
+
+@pytest.mark.spec("IMP-1")
+def test_a_control_character_is_named_once_with_its_column(tmp_path: Path) -> None:
+    """json's message "Invalid control character at" is not followed by a second "at"."""
+    path = tmp_path / "ctl.jsonl"
+    good = json.dumps(_user("u1", None, "hello"))
+    path.write_text('{"type": "user", "x": "a\tb"}\n' + good + "\n", encoding="utf-8")
+    rep = import_file(path, None, name="ctl.jsonl")
+    assert [str(p) for p in rep.problems] == [
+        "ctl.jsonl:1: not valid JSON: Invalid control character at column 25; skipped"
+    ]
+
+
+@pytest.mark.spec("IMP-1")
+def test_an_unknown_record_type_is_a_warning_once_per_type(tmp_path: Path) -> None:
+    """A record type a newer Claude Code added is read past: one warning per type with its
+    count and first line, and the file still imports without an error."""
+    path = _write(
+        tmp_path,
+        [
+            {"type": "hologram", "payload": 1},
+            _user("u1", None, "hello"),
+            {"type": "hologram", "payload": 2},
+            {"type": "sparkle"},
+            _assistant("a1", "u1", "m1", {"type": "text", "text": "Hi."}),
+        ],
+    )
+    rep = import_file(path, None, name="s1.jsonl")
+    assert [f"{p.severity}: {p}" for p in rep.problems] == [
+        "warning: s1.jsonl:1: unknown record type 'hologram' (2 records, the first here); skipped",
+        "warning: s1.jsonl:4: unknown record type 'sparkle'; skipped",
+    ]
+    assert [t.reproduced for t in rep.turns] == [True]
+
+
+# --- IMP-23: whole files -------------------------------------------------------------------------
+
+
+def _header(path: Path) -> dict[str, Any]:
+    header: dict[str, Any] = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    return header
+
+
+@pytest.mark.spec("IMP-23", "IMP-9")
+def test_a_1_0_x_file_with_continuation_chains_imports_every_chain(tmp_path: Path) -> None:
+    """1.0.x continues a compacted conversation as a new chain (a compact summary with no
+    parent): every chain's turns are imported, each turn's conversation starting from the
+    summary of its chain, and each interleaved sidechain is linked to its Task call."""
+    name = "continuation_chains.jsonl"
+    out = tmp_path / "out"
+    rep = import_file(DERIVED / name, out, name=name)
+    assert rep.problems == []
+    main = [t for t in rep.turns if t.thread == "main"]
+    assert [(t.turn, t.chain, t.reproduced) for t in main] == [(1, 1, True), (2, 2, True), (3, 3, True)]
+    (info,) = [t for t in rep.thread_list if t.name == "main"]
+    assert [(c["root"], c["link"], c["continues"]) for c in info.chains] == [
+        (2, None, None), (434, "compact summary", 433), (440, "compact summary", 439),
+    ]  # fmt: skip
+    # turn 2 starts from the first summary, turn 3 from the second (not from turn 1's records)
+    for turn, summary in ((2, "c0c0c0c0-0000-4000-8000-000000000001"), (3, "c0c0c0c0-0000-4000-8000-000000000002")):
+        header = _header(out / f"continuation_chains.t00{turn}.jsonl")
+        assert [m["id"] for m in header["session"]["conversation"]] == [summary]
+        assert header["provenance"]["chain"] == turn
+    # the sidechains, each with the call that started it, in the trace and in both reports
+    sides = sorted(out.glob("continuation_chains.side*.t001.jsonl"))
+    assert len(sides) == 5
+    prov = _header(out / "continuation_chains.side1.t001.jsonl")["provenance"]
+    assert prov["parent_tool_use_id"] == "toolu_01LS6tcVd796SbQKmZqeVnWY"
+    assert prov["parent_session"] == "fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+    assert prov["parent_link"] == "the call's prompt is its first record's text"
+    calls = {c["tool_use_id"]: c for c in rep.children}
+    assert calls["toolu_01LS6tcVd796SbQKmZqeVnWY"]["traces"] == ["continuation_chains.side1.t001.jsonl"]
+    assert sum(1 for c in rep.children if c["traces"]) == 5
+
+
+@pytest.mark.spec("IMP-23")
+def test_a_branch_is_imported_from_where_it_forks(tmp_path: Path) -> None:
+    """A rewound prompt leaves a branch: it is imported as its own thread, its turn starting
+    from the conversation up to the fork, its trace saying where it forks."""
+    name = "branch.jsonl"
+    out = tmp_path / "out"
+    rep = import_file(DERIVED / name, out, name=name)
+    (branch,) = [t for t in rep.turns if t.thread == "main branch 1"]
+    assert branch.turn == 3 and branch.reproduced and branch.lines == (19, 20)
+    header = _header(out / "branch.b1.t003.jsonl")
+    assert header["provenance"]["forks_from"] == "main after line 17"
+    assert header["request"]["prompt"] == "actually, delete it"
+    # the conversation up to the fork: turns 1 and 2 of main, not main's turn 3
+    main3 = _header(out / "branch.t003.jsonl")
+    assert header["session"] == main3["session"]
+
+
+@pytest.mark.spec("IMP-23")
+def test_a_2_0_x_agent_file_beside_its_session_names_its_call(tmp_path: Path) -> None:
+    """2.0.x writes agent-<id>.jsonl beside <session>.jsonl; the session's Task result names
+    the agent (toolUseResult.agentId): the agent's trace names the call, the session's report
+    lists the agent's file and traces beside the call; the agent file is read first."""
+    call = {"type": "tool_use", "id": "toolu_T1", "name": "Task", "input": {"prompt": "look around"}}
+    result = _user(
+        "r1", "a1", [{"type": "tool_result", "tool_use_id": "toolu_T1", "content": "found it"}],
+        toolUseResult={"status": "completed", "agentId": "ab12cd3", "totalDurationMs": 5},
+    )  # fmt: skip
+    session = [
+        _user("u1", None, "explore"),
+        _assistant("a1", "u1", "m1", call),
+        result,
+        _assistant("a2", "r1", "m2", {"type": "text", "text": "It found it."}),
+    ]
+    agent = [
+        _user("x1", None, "look around", isSidechain=True, agentId="ab12cd3"),
+        {**_assistant("x2", "x1", "mx", {"type": "text", "text": "found it"}), "isSidechain": True, "agentId": "ab12cd3"},
+    ]  # fmt: skip
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "s1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in session), "utf-8")
+    (proj / "agent-ab12cd3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in agent), "utf-8")
+    from steploop.effects.importer import import_paths
+
+    reports: list[Any] = []
+    import_paths([proj], tmp_path / "out", on_file=reports.append)
+    assert [r.file for r in reports] == ["agent-ab12cd3.jsonl", "s1.jsonl"]
+    (side,) = reports[0].thread_list
+    assert side.parent == {
+        "session_id": "s1", "tool_use_id": "toolu_T1", "line": 3, "file": "s1.jsonl",
+        "how": "the call's toolUseResult.agentId",
+    }  # fmt: skip
+    (child,) = reports[1].children
+    assert child == {
+        "tool_use_id": "toolu_T1", "line": 2, "tool": "Task", "agent_id": "ab12cd3",
+        "file": "agent-ab12cd3.jsonl", "thread": "sidechain ab12cd3",
+        "traces": ["agent-ab12cd3.side1.t001.jsonl"],
+    }  # fmt: skip

@@ -1021,3 +1021,15 @@ def test_recording_many_steps_is_streamed(tmp_path: Path) -> None:
         state, fx = step(state, text(1, "hi"), cfg)
         rec(text(1, "hi"), state, fx)
         assert [r["i"] for r in records(path) if r["record"] == "step"] == [0, 1]
+
+
+def test_a_control_character_in_a_line_is_named_once(tmp_path: Path) -> None:
+    """json's own message ends in "at"; the reader's line says "at column" once, not twice."""
+    path = record_tool_round(tmp_path / "t.jsonl")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[1] = lines[1][:-1] + ',"x":"a\x01b"}'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(TraceError) as err:
+        list(TraceReader(path))
+    assert "Invalid control character at column" in str(err.value)
+    assert "at at" not in str(err.value)

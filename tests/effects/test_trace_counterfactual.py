@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import steploop.effects.trace.counterfactual as counterfactual
+import steploop.effects.trace.fingerprints as fingerprints
 from benchmarks.counterfactual import CHANGE, build
 from steploop.effects.trace import ReplayProgress, TraceReader, replay_counterfactual, replay_exact
 from steploop.effects.trace.format import StepRecord
@@ -28,13 +29,13 @@ def test_each_message_is_encoded_once_per_run(
     is encoded once in the recording and once in the new run, never the history per call
     (that made a 1,000-round session take 33 s)."""
     encoded = [0]
-    real = counterfactual._content
+    real = fingerprints.message_content
 
     def counting(m: object) -> bytes:
         encoded[0] += 1
         return real(m)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(counterfactual, "_content", counting)
+    monkeypatch.setattr(fingerprints, "message_content", counting)
     report = replay_counterfactual(session, CHANGE)
     assert report.status == "finished" and report.matched["call_model"] == 151
     last_call = [
@@ -50,7 +51,7 @@ def test_each_message_is_encoded_once_per_run(
 def test_a_long_recording_is_let_go_as_it_is_used(session: Path) -> None:
     """The index reads the recording as far as the new run needs it and drops what it used:
     at the end it holds no recorded answer of a matched request."""
-    fps = counterfactual.Fingerprints()
+    fps = fingerprints.Fingerprints()
     index = counterfactual._Index(session, fps)
     assert index.steps < 5  # nothing read beyond the start yet
     r = index.ordinal("call_model", 3)

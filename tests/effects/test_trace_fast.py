@@ -30,7 +30,7 @@ from steploop.effects.trace import (
     replay_exact,
 )
 from steploop.effects.trace.format import FORMER, TraceHeader
-from steploop.effects.trace.replay import _Walk
+from steploop.effects.trace.replay import Walk
 from steploop.reducer import Request, default, start
 from steploop.reducer.canonical import canonical_bytes, state_digest
 from steploop.reducer.digest import StateDigester as _StateDigester
@@ -168,7 +168,7 @@ def test_the_composed_state_digest_is_state_digest_at_every_step(tmp_path: Path)
     build_synthetic(synthetic, 600)
     steps = 0
     for path in [*sorted(SCENARIOS.glob("*.jsonl")), synthetic]:
-        walk = _Walk(TraceReader(path))
+        walk = Walk(TraceReader(path))
         digest: Any = None
         for rec in walk:
             if isinstance(rec, TraceHeader):  # the golden traces are version 1, the new one 2
@@ -192,7 +192,7 @@ def test_recorded_field_digests_are_the_definition_at_every_step(tmp_path: Path)
     steps = 0
     for path in [*sorted(SCENARIOS.glob("*.jsonl")), synthetic]:
         last: dict[str, str] = {}
-        walk = _Walk(TraceReader(path))
+        walk = Walk(TraceReader(path))
         for rec in walk:
             if isinstance(rec, trace.ResumeRecord):
                 continue
@@ -226,7 +226,7 @@ def test_a_changed_tool_slot_changes_the_digest(tmp_path: Path) -> None:
     """A slot's status or input changes in place (same tuple length, same other slots)."""
     path = tmp_path / "t.jsonl"
     build_synthetic(path, 40)
-    walk = _Walk(TraceReader(path))
+    walk = Walk(TraceReader(path))
     state = next(
         walk.state
         for rec in walk
@@ -264,7 +264,7 @@ def test_a_class_encoded_whole_is_not_composed(
     monkeypatch.setattr(digest_module, "_composed", lambda cls: cls.__name__ != whole)
     path = tmp_path / "t.jsonl"
     build_synthetic(path, 60)
-    walk = _Walk(TraceReader(path))
+    walk = Walk(TraceReader(path))
     digest = _StateDigester()
     for rec in walk:
         if isinstance(rec, StepRecord):

@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks.replay_throughput import build_synthetic
 from steploop.effects.trace import StepRecord, TraceHeader, TraceReader
-from steploop.effects.trace.replay import _Walk
+from steploop.effects.trace.replay import Walk
 from steploop.reducer import LoopConfig, Session, default
 from steploop.reducer.events import Event, ModelCallFailed
 from steploop.reducer.messages import AttachmentMessage, Message, TextBlock, Usage
@@ -61,7 +61,7 @@ def values(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, Any]]:
 
 def _unstructured(paths: list[Path]) -> Iterator[tuple[Any, Any]]:
     for path in paths:
-        walk = _Walk(TraceReader(path))
+        walk = Walk(TraceReader(path))
         for rec in walk:
             if isinstance(rec, TraceHeader):
                 yield unstructure(rec.config), LoopConfig

@@ -4,9 +4,10 @@
 a project folder, or ``~/.claude/projects`` itself), follows each file's ``parentUuid`` chain,
 cuts every thread into user turns, drives the machine through each turn under
 ``claude_code_2_1_88()`` with the transcript answering what the machine asks, and writes each
-turn as a trace that ``steploop replay`` checks like any other. Every turn gets a verdict: the
-machine reproduced the transcript (wrote the same messages, ids aside, and reached an end
-state) or not, with the first divergence and its cause.
+turn as a trace that ``steploop replay`` checks like any other. Every turn gets a verdict:
+``reproduced`` (the machine wrote the same messages, ids aside, and reached an end state),
+``reproduced-to-cut`` (the transcript cuts the turn off, and up to the cut the machine wrote what
+it holds) or ``diverged``, with the first divergence and its cause.
 
 Modules: :mod:`~steploop.effects.importer.source` (reading and indexing a file),
 :mod:`~steploop.effects.importer.chain` (threads and the chain), :mod:`~steploop.effects.importer.convert`
@@ -29,7 +30,14 @@ from typing import Any
 import attrs
 
 from steploop.effects.importer.causes import CAUSES
-from steploop.effects.importer.session import IMPORTER, FileReport, TurnReport, _Names, import_file
+from steploop.effects.importer.places import Children, source_order
+from steploop.effects.importer.session import (
+    IMPORTER,
+    FileReport,
+    TraceNames,
+    TurnReport,
+    import_file,
+)
 from steploop.effects.importer.source import Problem
 
 __all__ = [
@@ -56,6 +64,7 @@ class FileSummary:
     turns: int
     ended: int
     reproduced: int
+    cut: int  # cut off by the transcript, reproduced up to the cut (IMP-22)
     traces: int
     causes: dict[str, int]
     problems: list[Problem]
@@ -68,6 +77,7 @@ class FileSummary:
             turns=len(report.turns),
             ended=sum(1 for t in report.turns if t.terminal is not None),
             reproduced=sum(1 for t in report.turns if t.reproduced),
+            cut=sum(1 for t in report.turns if t.verdict == "reproduced-to-cut"),
             traces=sum(1 for t in report.turns if t.trace is not None),
             causes=dict(
                 Counter(t.divergence.cause for t in report.turns if t.divergence is not None)
@@ -105,6 +115,11 @@ class ImportSummary:
         return sum(f.ended for f in self.files)
 
     @property
+    def cut(self) -> int:
+        """Turns the transcript cuts off, reproduced up to the cut (IMP-22)."""
+        return sum(f.cut for f in self.files)
+
+    @property
     def traces(self) -> int:
         return sum(f.traces for f in self.files)
 
@@ -126,6 +141,7 @@ class ImportSummary:
             "turns": self.turns,
             "ended": self.ended,
             "reproduced": self.reproduced,
+            "reproduced_to_cut": self.cut,
             "causes": dict(self.causes()),
             "problems": {
                 sev: sum(1 for p in probs if p.severity == sev)
@@ -187,7 +203,7 @@ def find_sources(
     for raw in paths:
         p = Path(raw).expanduser()
         if p.is_dir():
-            for f in sorted(p.rglob("*.jsonl")):
+            for f in sorted(p.rglob("*.jsonl"), key=lambda f: source_order(f, p)):
                 if excluded is not None and excluded in f.resolve().parents:
                     continue
                 if f.is_file():
@@ -202,6 +218,7 @@ def import_paths(
     *,
     progress: Callable[[int, int, str], None] | None = None,
     on_file: Callable[[FileReport], None] | None = None,
+    profile: str | None = None,
 ) -> ImportSummary:
     """Import every session file under ``paths`` into ``out_dir`` (one trace per user turn and
     ``import-report.json``); ``out_dir=None`` compares only and writes nothing.
@@ -211,10 +228,9 @@ def import_paths(
     at the end (``done == total``); ``on_file(report)`` with each file's full report (its turns,
     their verdicts) when the file is done. The summary keeps counts per file, so memory does not grow with the number of
     turns. A path that does not exist is listed in ``missing``; nothing raises for bad content.
+    ``profile``: every turn runs under this named profile instead of its records' version's.
     """
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
     summary = ImportSummary()
     sources: list[tuple[Path, str]] = []
     for raw in paths:
@@ -222,7 +238,12 @@ def import_paths(
             summary.missing.append(str(raw))
             continue
         sources.extend(find_sources([raw], exclude=out))
-    names = _Names(out) if out is not None else None
+    if not sources:
+        return summary  # nothing to import: nothing written, not even the folder
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    names = TraceNames(out) if out is not None else None
+    children = Children()
     report = _Report(out) if out is not None else None
     sizes = [_size(path) for path, _ in sources]
     total = sum(sizes)
@@ -233,7 +254,15 @@ def import_paths(
             if progress is not None:
                 progress(before, total, name)
                 on_turn = _within(progress, before, size, total, name)
-            rep = import_file(path, out, name=name, names=names, on_turn=on_turn)
+            rep = import_file(
+                path,
+                out,
+                name=name,
+                names=names,
+                on_turn=on_turn,
+                children=children,
+                profile=profile,
+            )
             before += size
             if on_file is not None:
                 on_file(rep)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from steploop.effects.cli_common import CliError, ProgressBar, console_for
-from steploop.effects.importer import CAUSES, ImportSummary, import_paths
+from steploop.effects.importer import CAUSES, ImportSummary, find_sources, import_paths
+from steploop.reducer import ConfigError, profile
 
 __all__ = ["cmd_import", "register"]
 
@@ -37,30 +38,31 @@ def print_summary(summary: ImportSummary, out: TextIO, out_dir: Path | None) -> 
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
     # on a narrow terminal the names fold onto more lines; the counts and headers stay whole
     table.add_column("file", overflow="fold")
-    for name in ("turns", "ended", "reproduced"):
+    for name in ("turns", "ended", "reproduced", "to-cut"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     table.add_column("first divergences", overflow="fold")
     for f in summary.files:
         if not f.transcript:
-            table.add_row(f.file, "-", "-", "-", Text("not a transcript", style="yellow"))
+            table.add_row(f.file, "-", "-", "-", "-", Text("not a transcript", style="yellow"))
             continue
         table.add_row(
             f.file,
             str(f.turns),
             str(f.ended),
-            Text(str(f.reproduced), style="green" if f.reproduced == f.turns else "yellow"),
+            Text(str(f.reproduced), style="green" if f.reproduced == f.ended else "yellow"),
+            str(f.cut) if f.cut else "",
             ", ".join(f"{c} {n}" for c, n in sorted(f.causes.items())),
         )
     console.print(table)
     turns = summary.turns
-    console.print(
-        Text(
-            f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {turns} "
-            f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
-            f"({_pct(summary.reproduced, turns)})",
-            style="bold",
-        )
+    line = (
+        f"\n{len(summary.files)} file(s), {summary.transcripts} transcript(s), {turns} "
+        f"user turn(s): {summary.ended} ended, {summary.reproduced} reproduced exactly "
+        f"({_pct(summary.reproduced, summary.ended)} of those that ended)"
     )
+    if summary.cut:
+        line += f"; {summary.cut} cut off by the transcript, reproduced up to the cut"
+    console.print(Text(line, style="bold"))
     causes = summary.causes()
     if causes:
         console.print("first divergences by cause:")
@@ -84,11 +86,22 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     out_dir: Path | None = None if args.no_traces else Path(args.out)
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"{out_dir}: exists and is not a directory")
+    # usage errors first: a command that has nothing to import writes nothing
+    present = [p for p in args.paths if Path(p).expanduser().exists()]
+    if not present:
+        raise CliError(f"{args.paths[0]}: no such file or directory")
+    if next(find_sources(present, exclude=out_dir), None) is None:
+        raise CliError(f"no *.jsonl files under {', '.join(args.paths)}")
     if out_dir is not None:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CliError(f"{out_dir}: cannot create the output folder: {e.strerror or e}") from None
+    if args.profile is not None:
+        try:
+            profile(args.profile)
+        except ConfigError as e:
+            raise CliError(str(e)) from None
     err = sys.stderr
     show = bool(args.progress) or err.isatty()
     bar: ProgressBar | None = None
@@ -107,7 +120,7 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
             shown = now
 
     try:
-        summary = import_paths(args.paths, out_dir, progress=progress)
+        summary = import_paths(args.paths, out_dir, progress=progress, profile=args.profile)
     except OSError as e:  # the output folder: removed, full, read-only while importing
         raise CliError(f"{out_dir}: cannot write: {e.strerror or e}") from None
     finally:
@@ -132,7 +145,8 @@ def register(subparsers: Any) -> None:
         help="import Claude Code session transcripts as traces, and check them against the machine",
         description="Read Claude Code session files (a .jsonl file, a project folder, or "
         "~/.claude/projects), write one steploop trace per user turn, and report for each turn "
-        "whether the machine (claude_code_2_1_88 profile) reproduced the transcript. Exit "
+        "whether the machine (the profile of the Claude Code version the records name) "
+        "reproduced the transcript. Exit "
         "status: 0 all imported, 1 some input could not be imported (listed on stderr), 2 usage "
         "error.",
     )
@@ -149,5 +163,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--progress", action="store_true", help="show the progress bar even off a terminal"
+    )
+    p.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="run every turn under this profile (default, claude_code_2_1_88, full, "
+        "claude_code_2_1_56, ...) instead of the profile of the version its records name",
     )
     p.set_defaults(handler=cmd_import)

@@ -52,6 +52,7 @@ class Item:
     record: dict[str, Any]
     message: Message | None = None
     command: str | None = None  # kind "command": the queued text consumed here (IMP-18)
+    restart: bool = False  # the conversation restarts here: a 1.0.x continuation (IMP-23)
 
     @property
     def at_ms(self) -> int:
@@ -151,7 +152,13 @@ def _items(src: SourceFile, thread: Thread, conv: Converter) -> Iterator[Item]:
             yield Item(line=e.line, kind="queue", record=record)
             continue
         message = conv.message(record, e.line)
-        yield Item(line=e.line, kind=classify(record, message), record=record, message=message)
+        yield Item(
+            line=e.line,
+            kind=classify(record, message),
+            record=record,
+            message=message,
+            restart=e.line in thread.restarts,
+        )
 
 
 def segments(src: SourceFile, thread: Thread) -> Iterator[Segment]:

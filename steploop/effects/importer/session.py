@@ -8,35 +8,58 @@ per user turn (specs/import.md §3 says why), named ``<file stem>[.side<k>].t<NN
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from steploop.effects.importer.chain import Thread, threads
 from steploop.effects.importer.compare import COMPARED_KINDS, Divergence, first_difference
 from steploop.effects.importer.driver import SIBLING_CANCEL_PREFIX, UNKNOWN_TOOL_PREFIX, TurnDriver
-from steploop.effects.importer.infer import config_for
+from steploop.effects.importer.infer import config_for, profile_basis, turn_version
+from steploop.effects.importer.places import (
+    Children,
+    ThreadReport,
+    children_of,
+    link_sidechains,
+    place_provenance,
+    thread_report,
+)
 from steploop.effects.importer.segment import Item, Segment, segments
 from steploop.effects.importer.source import Problem, SourceFile, read_source
-from steploop.effects.trace import make_provenance, record_sequence
+from steploop.effects.importer.tracing import Steps, write_trace
+from steploop.effects.trace import make_provenance
 from steploop.reducer import LoopConfig, Request, Session
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.messages import AssistantMessage, TextBlock, ToolResultBlock, UserMessage
 
 __all__ = [
     "IMPORTER",
+    "VERDICTS",
     "FileReport",
     "TurnReport",
+    "Verdict",
     "import_file",
     "turn_driver",
 ]
 
 #: The importer's name and rule-set version, written into every trace's provenance.
 IMPORTER = "steploop-import/1"
+
+Verdict: TypeAlias = Literal["reproduced", "reproduced-to-cut", "diverged"]
+"""A turn's verdict (IMP-19, IMP-22): it ended and the machine wrote what the transcript holds;
+the transcript cuts it off and up to the cut the machine wrote what it holds; or neither."""
+
+#: The verdicts, as the report and the table name them.
+VERDICTS: dict[str, str] = {
+    "reproduced": "reproduced",
+    "reproduced-to-cut": "reproduced up to the cut",
+    "diverged": "diverged",
+}
 
 #: Kinds of item whose message joins the conversation the next turn starts from (IMP-9).
 _CONVERSATION_KINDS = frozenset(
@@ -75,6 +98,11 @@ class TurnReport:
     divergence: Divergence | None
     inferred: dict[str, int]
     left_out: dict[str, int]
+    verdict: Verdict = "diverged"
+    cut: str | None = None  # where the transcript cuts the turn off (IMP-22)
+    chain: int = 1  # the chain of the thread's path its prompt is on (IMP-23)
+    profile: str = "claude_code_2_1_88"  # the profile the turn ran under (VER-0)
+    basis: str = ""  # how that profile was chosen (VER-0)
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=True)
@@ -91,6 +119,9 @@ class FileReport:
     turns: list[TurnReport] = attrs.field(factory=list)
     problems: list[Problem] = attrs.field(factory=list)
     counts: dict[str, int] = attrs.field(factory=dict)
+    thread_list: list[ThreadReport] = attrs.field(factory=list)
+    #: the sub-agent calls of this file's conversations and the sidechains they started
+    children: list[dict[str, Any]] = attrs.field(factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +129,8 @@ class FileReport:
             "transcript": self.transcript,
             "records": self.records,
             "threads": self.threads,
+            "thread_list": [t.to_json() for t in self.thread_list],
+            "children": self.children,
             "counts": self.counts,
             "problems": [
                 {"line": p.line, "severity": p.severity, "message": p.message}
@@ -146,12 +179,6 @@ def _largest_context(items: list[Item]) -> int:
     return best
 
 
-def _thread_tag(thread: Thread, k: int) -> str:
-    if thread.kind == "main":
-        return ""
-    return f".side{k}"
-
-
 def _query_source(src: SourceFile, thread: Thread) -> str:
     if thread.kind == "main":
         return "repl_main_thread"
@@ -162,7 +189,7 @@ def _query_source(src: SourceFile, thread: Thread) -> str:
     return f"agent:{thread.agent_id or 'sidechain'}"
 
 
-class _Names:
+class TraceNames:
     """The trace names of one import: a file's traces share its stem (``<stem>.t001``,
     ``<stem>.side1.t001``, unique within the file), so only stems are remembered: a stem an
     earlier file of the import took becomes ``<stem>-2``, ``<stem>-3``, ... One entry per file,
@@ -192,11 +219,16 @@ def import_file(
     out_dir: Path | None,
     *,
     name: str | None = None,
-    names: _Names | None = None,
+    names: TraceNames | None = None,
     on_turn: Callable[[float], None] | None = None,
+    children: Children | None = None,
+    profile: str | None = None,
 ) -> FileReport:
     """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing).
-    ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far."""
+    ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far.
+    ``children``: the sidechains of other files imported before this one, by session (the
+    report of a session's own file lists them beside the calls that started them).
+    ``profile``: run every turn under this named profile, not its version's (VER-0)."""
     src = read_source(path, name)
     report = FileReport(
         file=src.name,
@@ -214,21 +246,20 @@ def import_file(
         src.problem(None, f"the importer failed following the chain ({type(e).__name__}: {e})")
         report.problems = _in_line_order(src.problems)
         return report
-    src.index.release_chain()  # the turns need only where each record is
     report.threads = len(ths)
+    parents = link_sidechains(src, ths)
+    report.thread_list = [thread_report(src, th, parents.get(k)) for k, th in enumerate(ths)]
+    src.index.release_chain()  # the turns need only where each record is
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     if names is None and out_dir is not None:
-        names = _Names(out_dir)
-    side = 0
+        names = TraceNames(out_dir)
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(src.name).stem)
     if names is not None:
         stem = names.stem(stem)
-    for th in ths:
-        if th.kind != "main":
-            side += 1
+    for th, info in zip(ths, report.thread_list, strict=True):
         try:
-            _import_turns(src, th, _thread_tag(th, side), stem, out_dir, report, on_turn)
+            _import_turns(src, th, info, stem, out_dir, report, on_turn, profile)
         except OSError as e:  # the output folder: full, read-only, ...
             src.problem(None, f"cannot write the traces: {e.strerror or e}")
         except Exception as e:  # a bug of the importer must not end the import with a traceback
@@ -237,6 +268,11 @@ def import_file(
                 f"the importer failed on this thread ({type(e).__name__}: {e}); its remaining "
                 "turns are not imported (please report this)",
             )
+    report.children = children_of(src, report.thread_list, children)
+    if children is not None and not any(t.kind == "main" for t in ths):
+        for info in report.thread_list:  # a sub-agent's file: its session's file lists it
+            if info.kind == "sidechain":
+                children.add(src.name, info)
     report.problems = _in_line_order(src.problems)
     return report
 
@@ -244,36 +280,48 @@ def import_file(
 def _import_turns(
     src: SourceFile,
     th: Thread,
-    tag: str,
+    info: ThreadReport,
     stem: str,
     out_dir: Path | None,
     report: FileReport,
     on_turn: Callable[[float], None] | None = None,
+    profile: str | None = None,
 ) -> None:
-    for turn in _import_thread(src, th):
-        rep, driver, cfg, request, session, _seg = turn
+    place = place_provenance(info)
+    base = make_provenance(source=src.name, importer=IMPORTER) if out_dir is not None else {}
+    for turn in _import_thread(src, th, profile, keep_steps=out_dir is not None):
+        rep, driver, cfg, request, session, _seg, steps = turn
         path_out: Path | None = None
         if out_dir is not None:
-            path_out = out_dir / f"{stem}{tag}.t{rep.turn:03d}.jsonl"
-            prov = make_provenance(
+            path_out = out_dir / f"{stem}{th.tag}.t{rep.turn:03d}.jsonl"
+            prov = dict(
+                base,
                 source=src.name,
                 source_lines=f"{rep.lines[0]}-{rep.lines[1]}",
                 session_id=rep.session_id,
                 thread=rep.thread,
+                chain=rep.chain,
+                **place,
                 claude_code_version=rep.version,
+                profile_basis=rep.basis,
                 importer=IMPORTER,
                 turn=rep.turn,
                 reproduced=rep.reproduced,
+                verdict=rep.verdict,
+                cut=rep.cut,
                 divergence=rep.divergence.describe() if rep.divergence else None,
                 cause=rep.divergence.cause if rep.divergence else None,
                 inferred=_inferred_text(driver.inferred),
             )
-            record_sequence(path_out, cfg, request, driver.events, session, provenance=prov)
+            assert steps is not None
+            write_trace(path_out, cfg, request, session, prov, steps)
             rep.trace = path_out.name
+            info.traces.append(path_out.name)
+        info.turns.append(rep.turn)
         report.turns.append(rep)
         if on_turn is not None and src.lines:
             on_turn(min(1.0, rep.lines[1] / src.lines))
-        del turn, driver, cfg, request, session, _seg  # release the turn before the next
+        del turn, driver, cfg, request, session, _seg, steps  # release the turn before the next
 
 
 def _inferred_text(inferred: dict[str, list[int]]) -> str:
@@ -283,16 +331,24 @@ def _inferred_text(inferred: dict[str, list[int]]) -> str:
 
 
 def _import_thread(
-    src: SourceFile, th: Thread
-) -> Iterator[tuple[TurnReport, TurnDriver, LoopConfig, Request, Session | None, Segment]]:
+    src: SourceFile, th: Thread, profile: str | None = None, *, keep_steps: bool = False
+) -> Iterator[
+    tuple[TurnReport, TurnDriver, LoopConfig, Request, Session | None, Segment, Steps | None]
+]:
+    """The thread's turns, each driven and compared; ``keep_steps``: with the steps the
+    machine took (for the trace writer), else None. ``profile``: every turn's named profile
+    instead of its records' version's."""
     conv = Conversation.empty()
     queue: deque[str] = deque()
     model: str | None = None
     largest = 0
     turn_no = 0
     attachments = src.counts.get("attachment", 0) > 0
-    thread_name = "main" if th.kind == "main" else f"sidechain {th.agent_id or '(no agent id)'}"
+    thread_name = th.name
     last_line = src.index.line[th.rows[-1]]
+    # a branch's turns before its first record of its own are another thread's (IMP-23)
+    own_line = src.index.line[th.rows[th.own_from]] if th.own_from < len(th.rows) else 0
+    roots = [c.root for c in th.chains]
     for seg in segments(src, th):
         more = seg.items[-1].line < last_line  # the transcript goes on after this segment
         _mark_queue(seg, queue)
@@ -311,19 +367,35 @@ def _import_thread(
         )
         model = first_model or model
         largest = max(largest, _largest_context(items))
+        if items[-1].line < own_line:  # shared with an earlier thread, imported there
+            conv = _extend(conv, items)
+            continue
+        version = turn_version([str(it.record.get("version") or "") for it in items])
         cfg = config_for(
             model,
             query_source=_query_source(src, th),
             agent_id=th.agent_id if th.kind != "main" else None,
             largest_context=largest,
+            version=version,
+            profile_name=profile,
         )
         request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
         driver = turn_driver(items, cfg, request, session)
-        driver.run(items[1:], may_answer_empty=more)
+        steps = Steps() if keep_steps else None
+        driver.run(items[1:], may_answer_empty=more, observer=steps)
         expected = [it for it in items if it.kind in COMPARED_KINDS]
         compared, div = first_difference(expected, driver.emitted, compare_attachments=attachments)
-        if driver.stuck is not None and (div is None or div.step is None):
+        cut: str | None = None
+        verdict: Verdict = "diverged"
+        if div is None and driver.cut:
+            # IMP-22: everything the transcript holds of the turn, written alike; the machine
+            # waits for what the transcript never wrote
+            cut = f"after line {seg.lines[1]}: {driver.stuck}"
+            verdict = "reproduced-to-cut"
+        elif div is None and driver.terminal is not None:
+            verdict = "reproduced"
+        elif driver.stuck is not None and (div is None or div.step is None):
             # the machine wrote nothing more because the driver could not go on: say why
             div = Divergence(
                 line=driver.stuck_line,
@@ -353,13 +425,18 @@ def _import_thread(
             steps=driver.steps,
             terminal=driver.terminal.TAG if driver.terminal is not None else None,
             compared=compared,
-            reproduced=div is None and driver.terminal is not None,
+            reproduced=verdict == "reproduced",
             divergence=div,
             inferred={k: len(v) for k, v in sorted(driver.inferred.items())},
             left_out=dict(left_out),
+            verdict=verdict,
+            cut=cut,
+            chain=max(1, bisect.bisect_right(roots, seg.lines[0])),
+            profile=cfg.profile_name,
+            basis=profile_basis(version, profile),
         )
-        yield rep, driver, cfg, request, session, seg
-        del driver, rep, request, session  # one turn at a time: release it before the next
+        yield rep, driver, cfg, request, session, seg, steps
+        del driver, rep, request, session, steps  # one turn at a time: release it first
         conv = _extend(conv, items)
 
 
@@ -421,7 +498,7 @@ def _mark_queue(seg: Segment, queue: deque[str]) -> None:
 def _extend(conv: Conversation, items: list[Item]) -> Conversation:
     """IMP-9: the conversation the next turn starts from, as the transcript has it."""
     for it in items:
-        if it.kind in ("compact", "manual_compact") and it.message is not None:
+        if (it.kind in ("compact", "manual_compact") or it.restart) and it.message is not None:
             conv = Conversation.of([it.message])
         elif it.kind in _CONVERSATION_KINDS and it.message is not None:
             conv = conv.append(it.message)

@@ -1,11 +1,13 @@
 """Reading a Claude Code session file: one pass that indexes every line (specs/import.md §2).
 
 A session file is JSONL as Claude Code writes it under ``~/.claude/projects/<project>/``. This
-module reads it once, line by line, and keeps a small :class:`Entry` per record (line number,
-byte offset, type, uuid, parent links, sidechain and agent ids, the response id); the records'
-content stays on disk and is read again, record by record, when a turn is reconstructed
-(:meth:`SourceFile.load_many`). Memory therefore grows with the number of records, by about 70
-bytes each (the columns and the uuid lookup table), never with their content.
+module reads it once, line by line, and keeps a small row per record (line number, byte offset,
+type, uuid, parent links, sidechain and agent ids, the response id); the first
+:data:`PARSED_BUDGET` bytes of message records are kept parsed for their turns (each parsed
+once), the others stay on disk and are read again, record by record, when their turn is
+reconstructed (:meth:`SourceFile.load_many`). Memory therefore grows with the number of records,
+by about 70 bytes each (the columns and the uuid lookup table), and with their content only up to
+that bound.
 
 Everything that cannot be read becomes a :class:`Problem` (``FILE:LINE: what``): a line that is
 not JSON, a truncated last line, a record that is not an object, a record type the importer does
@@ -15,7 +17,7 @@ Nothing is dropped without one.
 
 from __future__ import annotations
 
-import hashlib
+import gc
 import json
 import os
 from array import array
@@ -26,8 +28,12 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from steploop.effects.importer.keys import key
+from steploop.effects.importer.links import Links
+
 __all__ = [
     "CHAIN_TYPES",
+    "COMPACT_SUMMARY",
     "KNOWN_MAX_VERSION",
     "MESSAGE_TYPES",
     "METADATA_TYPES",
@@ -68,6 +74,12 @@ METADATA_TYPES = frozenset(
         "marble-origami-snapshot",
     }
 )
+#: How many bytes of message records the first pass keeps parsed for the turns (the rest are
+#: parsed again when their turn is read): a session of up to about this size is parsed once,
+#: and the memory this takes is bounded whatever the file's size.
+PARSED_BUDGET = 4 << 20
+#: A UTF-8 byte-order mark, which some editors write at the start of a file.
+BOM = b"\xef\xbb\xbf"
 #: The newest Claude Code version whose transcript format the importer was written against.
 KNOWN_MAX_VERSION = "2.1.88"
 
@@ -104,6 +116,7 @@ class Entry:
     type: str
     session_id: str | None = None
     operation: str | None = None  # queue-operation: enqueue, remove, dequeue, ...
+    row: int = -1  # its index row (-1: not indexed, a queue operation)
 
 
 #: Record type codes of the index.
@@ -112,15 +125,7 @@ TYPE_NAMES = ("user", "assistant", "system", "attachment", "progress")
 _TYPE_CODES = {name: k for k, name in enumerate(TYPE_NAMES)}
 SIDECHAIN = 1  # flag: isSidechain
 RESULTS = 2  # flag: a user record holding tool results
-
-
-def key(text: str) -> int:
-    """A record's uuid (or a response id) as a 64-bit key, never 0 (0 means "none").
-
-    Keys are compared, never shown; two different strings share a key with probability about
-    n²/2⁶⁵ for n records (under 10⁻⁷ for a million)."""
-    k = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-    return k or 1
+COMPACT_SUMMARY = 4  # flag: a user record with isCompactSummary
 
 
 class Index:
@@ -174,6 +179,8 @@ class Index:
         self.offset.append(offset)
         self.type.append(_TYPE_CODES[kind])
         flags = SIDECHAIN if obj.get("isSidechain") is True else 0
+        if kind == "user" and obj.get("isCompactSummary") is True:
+            flags |= COMPACT_SUMMARY
         msg = obj.get("message")
         response = 0
         if isinstance(msg, dict):
@@ -280,6 +287,10 @@ class SourceFile:
     counts: Counter[str] = attrs.field(factory=Counter)
     lines: int = 0
     is_transcript: bool = True
+    links: Links = attrs.field(factory=Links)  # what the file says about sub-agent calls
+    #: message records the first pass parsed and kept, by index row, for the turns to take
+    #: (each once) instead of parsing them again: the first PARSED_BUDGET bytes of them
+    parsed: dict[int, dict[str, Any]] = attrs.field(factory=dict)
 
     def problem(self, line: int | None, message: str, severity: Severity = "error") -> None:
         self.problems.append(Problem(self.name, line, message, severity))
@@ -291,6 +302,7 @@ class SourceFile:
             offset=ix.offset[row],
             type=ix.type_of(row),
             session_id=ix.session_of(row),
+            row=row,
         )
 
     def record(self, row: int) -> dict[str, Any]:
@@ -300,11 +312,22 @@ class SourceFile:
             return _loads(f.readline())
 
     def load_many(self, entries: Iterable[Entry]) -> Iterator[tuple[Entry, dict[str, Any]]]:
-        """The full records of ``entries`` (in the order given), one open file for all."""
-        with open(self.path, "rb") as f:
+        """The full records of ``entries`` (in the order given): those the first pass kept
+        (:attr:`parsed`, each handed out once), the others read again, one open file for all."""
+        parsed = self.parsed
+        f: Any = None
+        try:
             for e in entries:
-                f.seek(e.offset)
-                yield e, _loads(f.readline())
+                obj = parsed.pop(e.row, None) if parsed else None
+                if obj is None:
+                    if f is None:
+                        f = open(self.path, "rb")  # closed below
+                    f.seek(e.offset)
+                    obj = _loads(f.readline())
+                yield e, obj
+        finally:
+            if f is not None:
+                f.close()
 
 
 def _loads(raw: bytes) -> dict[str, Any]:
@@ -319,7 +342,8 @@ def _str(value: Any) -> str | None:
 
 
 def _json_error(e: json.JSONDecodeError) -> str:
-    return f"not valid JSON: {e.msg} at column {e.colno}"
+    # some of json's messages end in "at" already ("Invalid control character at")
+    return f"not valid JSON: {e.msg.removesuffix(' at')} at column {e.colno}"
 
 
 def read_source(path: str | os.PathLike[str], name: str | None = None) -> SourceFile:
@@ -333,12 +357,20 @@ def read_source(path: str | os.PathLike[str], name: str | None = None) -> Source
         src.problem(None, f"cannot be read: {e.strerror or e}")
         src.is_transcript = False
         return src
-    with f:
-        try:
-            _index(src, f)
-        except OSError as e:
-            src.problem(None, f"cannot be read: {e.strerror or e}")
-            src.is_transcript = False
+    # the cycle collector is paused while the file is read: the records it parses and keeps
+    # hold no cycle, and its passes over them, as they pile up, cost a fifth of the reading
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with f:
+            try:
+                _index(src, f)
+            except OSError as e:
+                src.problem(None, f"cannot be read: {e.strerror or e}")
+                src.is_transcript = False
+    finally:
+        if collecting:
+            gc.enable()
     return src
 
 
@@ -364,9 +396,13 @@ def _index(src: SourceFile, f: Any) -> None:
     known_max = parse_version(KNOWN_MAX_VERSION)
     assert known_max is not None
     unknown_types: dict[str, list[int]] = {}  # type -> [first line, count]
+    budget = PARSED_BUDGET
     seen_versions: set[str] = set()
     for ln, start, raw, cut in _lines(f):
         src.lines = ln
+        if ln == 1 and raw.startswith(BOM):  # a byte-order mark: the record starts after it
+            raw = raw[len(BOM) :]
+            start += len(BOM)
         if not raw.strip():
             src.problem(ln, "a blank line; skipped", "warning")
             continue
@@ -404,7 +440,21 @@ def _index(src: SourceFile, f: Any) -> None:
             if not isinstance(obj.get("uuid"), str):
                 src.problem(ln, f"a {kind} record without a uuid; skipped")
                 continue
+            row = len(src.index)
             src.index.add(obj, ln, start, kind)
+            if kind != "system" and kind != "attachment":
+                src.links.note(obj, kind, ln, row)
+            if kind != "progress" and budget > 0:
+                # parse once: keep the record for its turn. Its toolUseResult, a copy of the
+                # tool's output, is dropped but for what a rule reads: a Skill's command name
+                # and the model it switches to (VER-9)
+                result = obj.pop("toolUseResult", None)
+                if isinstance(result, dict) and "model" in result:
+                    obj["toolUseResult"] = {
+                        k: result[k] for k in ("commandName", "model") if k in result
+                    }
+                src.parsed[row] = obj
+                budget -= len(raw)
             version = obj.get("version")
             if isinstance(version, str) and version not in seen_versions:
                 seen_versions.add(version)
@@ -428,7 +478,8 @@ def _index(src: SourceFile, f: Any) -> None:
             unknown_types.setdefault(kind, [ln, 0])[1] += 1
     for kind, (first, n) in unknown_types.items():
         more = f" ({n} records, the first here)" if n > 1 else ""
-        src.problem(first, f"unknown record type {kind!r}{more}; skipped")
+        # a newer Claude Code adds record types: read past them, one warning per type
+        src.problem(first, f"unknown record type {kind!r}{more}; skipped", "warning")
     if newest is not None:
         src.problem(
             newest[2],

@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 import anyio
 
-import steploop
 from steploop.effects.mcp import results
 from steploop.effects.mcp.config import McpConfigError, McpServerConfig, parse_mcp_servers
 from steploop.effects.mcp.results import tool_output
@@ -139,7 +138,7 @@ class _Connection:
             self._transport(),
             mode="legacy",  # the initialize handshake, as Claude Code 2.1.88 speaks it
             message_handler=self._on_message,
-            client_info=Implementation(name="steploop", version=str(steploop.__version__)),
+            client_info=Implementation(name="steploop", version=_version()),
         )
         try:
             with anyio.CancelScope() as startup:
@@ -216,6 +215,15 @@ class _ClosingHttp:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._http.aclose()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("steploop")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def _what(exc: BaseException) -> str:

@@ -52,11 +52,15 @@ class ToolContext:
     ``workspace`` is the session's root directory, already resolved (absolute, no symlinks).
     ``timeout_s`` is the call's deadline, from its start; the registry uses it to end a call
     whose steps hold the event loop past it (see :mod:`steploop.effects.tools.watchdog`).
+    ``idempotency_key`` names the call across retries where a world may run it again (the
+    Temporal world: workflow id, generation and tool_use_id); a tool whose side effect must
+    not happen twice can key it on this. None where the world runs each call once.
     """
 
     workspace: Path
     tool_use_id: str
     timeout_s: float | None = None
+    idempotency_key: str | None = None
     caller: Any = None
     """The run making the call (:class:`steploop.effects.run_types.Caller`: its session, config,
     trace, telemetry), for a tool that runs a loop of its own (a sub-agent); None outside a

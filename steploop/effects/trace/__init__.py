@@ -27,6 +27,13 @@ The package, one job per module:
 - :mod:`steploop.effects.trace.replay`: :func:`replay_exact` (every state digest checked, or only at
   checkpoints with ``verify="checkpoint"``);
 - :mod:`steploop.effects.trace.counterfactual`: :func:`replay_counterfactual`;
+- :mod:`steploop.effects.trace.counterfactual_report`: what it reports (:class:`CounterfactualReport`,
+  :class:`Divergence`);
+- :mod:`steploop.effects.trace.fingerprints`: the request fingerprints counterfactual replay
+  matches by (:func:`fingerprint`, :class:`Fingerprints`), and :func:`describe_request`;
+- :mod:`steploop.effects.trace.layers`: :func:`compare_requests` names what differs between two
+  model requests, and which context layer (budget, snip, microcompact, collapse, compaction)
+  changed it;
 - :mod:`steploop.effects.trace.resume`: :func:`prepare_resume` and :func:`resume_trace`;
 - :mod:`steploop.effects.trace.schema`: :func:`trace_schema`.
 
@@ -40,13 +47,11 @@ from steploop.effects.trace.counterfactual import (
     POLICIES,
     CounterfactualReport,
     Divergence,
-    Fingerprints,
     Policy,
-    describe_request,
-    fingerprint,
     replay_counterfactual,
     replay_counterfactual_async,
 )
+from steploop.effects.trace.fingerprints import Fingerprints, describe_request, fingerprint
 from steploop.effects.trace.format import (
     DEFAULT_MESSAGE_WINDOW,
     FORMAT,

@@ -7,47 +7,43 @@ run opens (:func:`steploop.reducer.protocol.opens`) to a recorded one, queues th
 re-addressed to the new ids (:func:`steploop.reducer.protocol.readdress`) in their recorded order, drops
 what a cancel withdraws, and falls back to the policy for the rest.
 
-Linear in the trace: the fingerprint of a model call's conversation is chained per
-conversation node (:class:`Fingerprints`), so each message is encoded once, never the whole
-history per call.
+Requests are matched by their fingerprint (:mod:`steploop.effects.trace.fingerprints`); when
+none matches a model call, the divergence names what changed the request: its messages, and
+which context layer made the difference (:mod:`steploop.effects.trace.layers`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import json
 import os
 import typing
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
-import attrs
-
 from steploop.effects import answer
 from steploop.effects.boundary import ToolUseIds
+from steploop.effects.trace.counterfactual_report import CounterfactualReport, Divergence
+from steploop.effects.trace.fingerprints import Fingerprints, describe_request
 from steploop.effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
+from steploop.effects.trace.layers import compare_requests
+from steploop.effects.trace.provenance import make_provenance
 from steploop.effects.trace.read import TraceReader
+from steploop.effects.trace.record import TraceRecorder
 from steploop.effects.trace.replay import (
     Mismatch,
     ReplayProgress,
-    _digest_mismatch,
-    _effects_mismatch,
-    _Walk,
+    Walk,
+    digest_mismatch,
+    effects_mismatch,
 )
 from steploop.reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError
-from steploop.reducer.canonical import canonical_bytes
-from steploop.reducer.conversation import Conversation
 from steploop.reducer.drive import drive_async
 from steploop.reducer.effects import (
-    AskPermission,
     CallModel,
     Compact,
     Effect,
     RefreshTools,
-    RunStopHooks,
-    StartTool,
     SummarizeToolUse,
     Wait,
 )
@@ -58,153 +54,20 @@ from steploop.reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from steploop.reducer.messages import Message
 from steploop.reducer.protocol import Key, answers, closes, kind_of, opens, readdress, withdraws
 from steploop.reducer.transitions import Terminal, Transition
 
 Policy: TypeAlias = Literal["stop", "scripted", "live"]
 POLICIES: tuple[str, ...] = ("stop", "scripted", "live")
 
-_EMPTY_FP = b"\x00" * 16
-
-
-_CONTENT: dict[type, tuple[bytes, tuple[str, ...]]] = {}
-
-
-def _content(m: Message) -> bytes:
-    """A message's content: its kind and every field but ``id`` and ``response_id``, each as
-    its canonical text (NUL-separated; a canonical text holds no NUL). Blocks are shared
-    between the answers the recording holds and the messages the new run builds from them, and
-    their canonical texts are memoised (steploop/reducer/canonical.py), so this costs little."""
-    cls = m.__class__
-    layout = _CONTENT.get(cls)
-    if layout is None:
-        names = tuple(
-            sorted(f.name for f in attrs.fields(cls) if f.name not in ("id", "response_id"))
-        )
-        layout = _CONTENT[cls] = (str(getattr(cls, "TAG", cls.__name__)).encode(), names)
-    tag, names = layout
-    return b"\x00".join([tag, *[canonical_bytes(getattr(m, n)) for n in names]])
-
-
-class Fingerprints:
-    """:func:`fingerprint` at the cost of what is new.
-
-    A model call's fingerprint covers its conversation's messages without their ids. The
-    fingerprint of a conversation is chained: that of its previous node and the content digest
-    of its last message. The fingerprints of the most recent nodes are remembered (each call's
-    conversation extends an earlier call's, so the walk back stops at a remembered node after
-    the messages added since), and so are the content digests of recent messages (a rebuilt
-    conversation shares them). Both memos are bounded, and hold a reference to what they
-    remember, so no identity is recycled while remembered.
-    """
-
-    NODES = 512
-    MESSAGES = 4096
-
-    def __init__(self) -> None:
-        # oldest first; OrderedDict evicts in O(1) (a dict's first key is found by a scan
-        # over the slots its deletions left at the front)
-        self._nodes: OrderedDict[int, tuple[Conversation, bytes]] = OrderedDict()
-        self._messages: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
-        self._calls: dict[tuple[str, bool], bytes] = {}
-
-    def _call_text(self, model: str, streaming: bool) -> bytes:
-        got = self._calls.get((model, streaming))
-        if got is None:
-            got = self._calls[(model, streaming)] = canonical_bytes(
-                ["call_model", model, streaming]
-            )
-        return got
-
-    def message(self, m: Message) -> bytes:
-        memo = self._messages
-        got = memo.get(id(m))
-        if got is not None and got[0] is m:
-            return got[1]
-        d = hashlib.blake2b(_content(m), digest_size=16).digest()
-        if len(memo) >= self.MESSAGES:
-            memo.popitem(last=False)
-        memo[id(m)] = (m, d)
-        return d
-
-    def conversation(self, conv: Conversation) -> bytes:
-        nodes = self._nodes
-        todo: list[Conversation] = []
-        node: Conversation | None = conv
-        fp = _EMPTY_FP
-        while node is not None and node.last is not None:
-            got = nodes.get(id(node))
-            if got is not None and got[0] is node:
-                fp = got[1]
-                break
-            todo.append(node)
-            node = node.prev
-        else:
-            if node is not None and node.length:
-                raise ValueError("a hollow conversation (read from a trace) has no messages")
-        for n in reversed(todo):
-            assert n.last is not None
-            fp = hashlib.blake2b(fp + self.message(n.last), digest_size=16).digest()
-        if todo:
-            if len(nodes) >= self.NODES:
-                nodes.popitem(last=False)
-            nodes[id(conv)] = (conv, fp)
-        return fp
-
-    def __call__(self, effect: Effect) -> bytes:
-        h = hashlib.blake2b(digest_size=16)
-        match effect:
-            case CallModel():
-                h.update(self._call_text(effect.model, effect.streaming))
-                h.update(self.conversation(effect.conversation))
-            case StartTool() | AskPermission():
-                h.update(canonical_bytes([effect.TAG, effect.name, effect.input]))
-            case Compact():
-                h.update(canonical_bytes(["compact", effect.trigger]))
-            case RunStopHooks():
-                h.update(canonical_bytes(["run_stop_hooks", effect.stop_hook_active]))
-            case Wait():
-                h.update(canonical_bytes(["wait", effect.ms]))
-            case SummarizeToolUse():
-                h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
-            case RefreshTools():
-                h.update(canonical_bytes(["refresh_tools"]))
-            case _:
-                raise ValueError(f"{type(effect).__name__} makes no request")
-        return h.digest()
-
-
-def fingerprint(effect: Effect) -> bytes:
-    """The request an effect makes, without ids (specs/trace-format.md, "Counterfactual").
-    For many effects of one run, call one :class:`Fingerprints` (it remembers)."""
-    return Fingerprints()(effect)
-
-
-def describe_request(effect: Effect) -> str:
-    """A short human description of an effect that waits for the world."""
-    match effect:
-        case CallModel():
-            mode = "streaming" if effect.streaming else "non-streaming"
-            return (
-                f"call_model ({effect.model}, max_tokens {effect.max_tokens}, {mode}, "
-                f"{effect.conversation.length} messages)"
-            )
-        case StartTool() | AskPermission():
-            args = json.dumps(effect.input, ensure_ascii=False)
-            args = args if len(args) <= 80 else args[:79] + "…"
-            return f"{effect.TAG} {effect.name} {args}"
-        case Compact():
-            return f"compact ({effect.trigger}, {effect.pre_tokens} tokens)"
-        case RunStopHooks():
-            return f"run_stop_hooks (stop_hook_active={str(effect.stop_hook_active).lower()})"
-        case Wait():
-            return f"wait {effect.ms} ms"
-        case SummarizeToolUse():
-            return f"summarize_tool_use {list(effect.tool_use_ids)}"
-        case RefreshTools():
-            return "refresh_tools"
-    return type(effect).__name__
+__all__ = [
+    "POLICIES",
+    "CounterfactualReport",
+    "Divergence",
+    "Policy",
+    "replay_counterfactual",
+    "replay_counterfactual_async",
+]
 
 
 class _Recorded(typing.NamedTuple):
@@ -226,7 +89,7 @@ class _Index:
     """What a recording asked for and how the world answered, read as far as the new run
     needs it.
 
-    The recording is replayed (:class:`_Walk`) step by step on demand: a request of the new
+    The recording is replayed (:class:`Walk`) step by step on demand: a request of the new
     run reads the recording until it holds the recorded request of the same kind and ordinal
     (or the file ends), and a matched request until its answers are complete. What was read and
     used is let go, so a new run that follows the recording keeps only a few steps of it in
@@ -244,7 +107,7 @@ class _Index:
         every: int = 256,
     ) -> None:
         self.reader = reader = TraceReader(path)
-        self._walk = _Walk(reader)
+        self._walk = Walk(reader)
         self._records = iter(self._walk)
         self._fingerprints = fingerprints
         self._progress = progress
@@ -293,7 +156,7 @@ class _Index:
         self._show()
         return False
 
-    def _index(self, walk: _Walk, rec: StepRecord) -> None:
+    def _index(self, walk: Walk, rec: StepRecord) -> None:
         self.steps += 1
         if self._progress is not None and self.steps % self._every == 0:
             self._show()
@@ -379,9 +242,13 @@ class _Index:
         e = self.effects.get(r.key) or self.used_effects.get(r.key)
         return describe_request(e) if e is not None else f"{r.kind} (recorded at step {r.step})"
 
+    def effect(self, r: _Recorded) -> Effect | None:
+        """The recorded request itself, with its real conversation (None once let go)."""
+        return self.effects.get(r.key) or self.used_effects.get(r.key)
+
     @staticmethod
     def _check(
-        walk: _Walk, rec: StepRecord, pending: list[tuple[StepRecord, LoopState]]
+        walk: Walk, rec: StepRecord, pending: list[tuple[StepRecord, LoopState]]
     ) -> Mismatch | None:
         """The first step where the recording does not replay exactly: effects checked at
         every step, state digests at checkpoints (the steps since the last one are kept, and
@@ -389,7 +256,7 @@ class _Index:
         does."""
         state = walk.state
         assert state is not None
-        found = _effects_mismatch(walk, rec, state, walk.fields)
+        found = effects_mismatch(walk, rec, state, walk.fields)
         if found is not None:
             return _settle(walk, pending) or found
         pending.append((rec, state))
@@ -412,14 +279,14 @@ class _Index:
         return True  # a failed or unanswered call does not depend on max_tokens
 
 
-def _settle(walk: _Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch | None:
+def _settle(walk: Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch | None:
     """Check the pending digests: the last one, and if it differs each in order."""
     steps = pending[:]
     pending.clear()
-    if not steps or _digest_mismatch(walk, *steps[-1], walk.fields) is None:
+    if not steps or digest_mismatch(walk, *steps[-1], walk.fields) is None:
         return None
     for rec, state in steps:
-        found = _digest_mismatch(walk, rec, state, walk.fields)
+        found = digest_mismatch(walk, rec, state, walk.fields)
         if found is not None:
             return found
     return None  # pragma: no cover - the last one differs
@@ -430,95 +297,6 @@ def _size(path: str | os.PathLike[str]) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-@attrs.frozen(kw_only=True)
-class Divergence:
-    """The first effect of the new run that the recording could not answer."""
-
-    step: int  # the new run's step that asked for it
-    kind: str  # the effect's tag: call_model, compact, start_tool, ...
-    ordinal: int  # 1-based, among the new run's effects of this kind
-    effect: str  # what the new run asked for
-    recorded: str | None  # what the recording had at that ordinal (None: nothing)
-    reason: str
-
-    def describe(self) -> str:
-        had = self.recorded if self.recorded is not None else "none"
-        return (
-            f"diverged at step {self.step}: the new run asks for {self.kind} #{self.ordinal}: "
-            f"{self.effect}; recorded at that ordinal: {had} ({self.reason})"
-        )
-
-
-@attrs.frozen(kw_only=True)
-class CounterfactualReport:
-    path: str
-    status: Literal["finished", "diverged", "stalled"]
-    terminal: Terminal | None
-    steps: int
-    transitions: tuple[str, ...]
-    matched: dict[str, int] = attrs.field(eq=False)
-    out_of_order: int
-    by_policy: dict[str, int] = attrs.field(eq=False)
-    divergence: Divergence | None
-    stalled_phase: str | None
-    recorded_terminal: Terminal | None
-    recorded_steps: int
-    recorded_transitions: tuple[str, ...]
-    recording_mismatch: Mismatch | None
-    state: LoopState = attrs.field(eq=False, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "finished"
-
-    def describe(self) -> str:
-        lines = []
-        if self.status == "finished":
-            assert self.terminal is not None
-            lines.append(f"new run: {self.steps} steps, terminal {self.terminal.TAG}")
-        elif self.status == "diverged":
-            assert self.divergence is not None
-            lines.append(self.divergence.describe())
-        else:
-            lines.append(
-                f"stalled after step {self.steps - 1}: the new run waits in phase "
-                f"{self.stalled_phase!r} and the recording holds no answer for it"
-            )
-        lines.append(f"transitions: {_runs(self.transitions)}")
-        matched = ", ".join(f"{k} {v}" for k, v in sorted(self.matched.items())) or "nothing"
-        lines.append(f"answered from the recording: {matched}")
-        if self.out_of_order:
-            lines.append(f"  ({self.out_of_order} matched at another ordinal by fingerprint)")
-        if self.by_policy:
-            lines.append(
-                "answered by the policy: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(self.by_policy.items()))
-            )
-        rec_end = self.recorded_terminal.TAG if self.recorded_terminal else "no end record"
-        lines.append(
-            f"recording: {self.recorded_steps} steps, {rec_end}; "
-            f"transitions: {_runs(self.recorded_transitions)}"
-        )
-        if self.recording_mismatch is not None:
-            lines.append(
-                f"note: the recording does not replay exactly from step "
-                f"{self.recording_mismatch.step}; answers were matched to what this steploop asks"
-            )
-        return "\n".join(lines)
-
-
-def _runs(tags: Sequence[str]) -> str:
-    """next_turn ×3, completed"""
-    out: list[str] = []
-    for tag in tags:
-        if out and out[-1].split(" ×")[0] == tag:
-            n = int(out[-1].split(" ×")[1]) if " ×" in out[-1] else 1
-            out[-1] = f"{tag} ×{n + 1}"
-        else:
-            out.append(tag)
-    return ", ".join(out) or "none"
 
 
 def _policy_model(policy: str, script: Any, model: Any, index: _Index) -> Any:
@@ -626,6 +404,10 @@ class _RecordedWorld:
         self.index.finish()  # the report's totals, and what the recording had there
         recorded = self.index.ordinal(kind, ordinal)
         had = self.index.brief(recorded) if recorded is not None else None
+        before = self.index.effect(recorded) if recorded is not None else None
+        change = None
+        if isinstance(e, CallModel) and isinstance(before, CallModel):
+            change = compare_requests(before, e, self.fingerprints)
         return _Diverged(
             Divergence(
                 step=self.steps - 1,
@@ -634,6 +416,9 @@ class _RecordedWorld:
                 effect=describe_request(e),
                 recorded=had,
                 reason=reason,
+                recorded_step=recorded.step if recorded is not None else None,
+                change=change.describe() if change is not None else None,
+                layers=change.layers if change is not None else (),
             )
         )
 
@@ -811,6 +596,7 @@ async def replay_counterfactual_async(
     max_steps: int = 1_000_000,
     progress: Callable[[ReplayProgress], None] | None = None,
     progress_every: int = 256,
+    record: str | os.PathLike[str] | None = None,
 ) -> CounterfactualReport:
     """The async form of :func:`replay_counterfactual` (a live or scripted model is awaited)."""
     fingerprints = Fingerprints()
@@ -824,12 +610,33 @@ async def replay_counterfactual_async(
     world = _RecordedWorld(
         index, fingerprints, policy, policy_model, max_steps, progress, progress_every
     )
+    observer = world.observe
+    recorder: TraceRecorder | None = None
+    if record is not None:  # the new run, as a trace of its own (cut off where it diverges)
+        prov = make_provenance(model=policy_model, counterfactual_of=index.reader.name)
+        recorder = TraceRecorder(
+            record, config=cfg, session=header.session, request=header.request, provenance=prov
+        )
+        rec = recorder
+
+        def observer(
+            event: Event | None,
+            state: LoopState,
+            effects: tuple[Effect, ...],
+            transitions: tuple[Transition, ...],
+        ) -> None:
+            world.observe(event, state, effects, transitions)
+            rec.observe(event, state, effects, transitions)
+
     try:
-        out = await drive_async(world, header.request, cfg, header.session, observer=world.observe)
+        out = await drive_async(world, header.request, cfg, header.session, observer=observer)
     except _Diverged as d:
         return world.report("diverged", d.divergence)
     except IllegalEvent as err:
         return world.rejected(err)
+    finally:
+        if recorder is not None:
+            recorder.close()
     if out.status == "finished":
         return world.report("finished", terminal=out.terminal)
     return world.report("stalled")
@@ -846,6 +653,7 @@ def replay_counterfactual(
     max_steps: int = 1_000_000,
     progress: Callable[[ReplayProgress], None] | None = None,
     progress_every: int = 256,
+    record: str | os.PathLike[str] | None = None,
 ) -> CounterfactualReport:
     """Re-run the recorded turn under another config, answering from the recording.
 
@@ -868,6 +676,8 @@ def replay_counterfactual(
         progress: called every ``progress_every`` steps with a :class:`ReplayProgress`: while
             the recording is read (bytes of the file) and while the new run runs (its steps
             against the recording's).
+        record: write the new run as a trace here (its provenance names the recording; it
+            ends where the new run diverged), for ``steploop replay --html`` to compare.
 
     Returns:
         A :class:`CounterfactualReport` (finished, diverged or stalled).
@@ -889,6 +699,7 @@ def replay_counterfactual(
             max_steps=max_steps,
             progress=progress,
             progress_every=progress_every,
+            record=record,
         )
 
     return anyio.run(main)

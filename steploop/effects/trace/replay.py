@@ -32,6 +32,20 @@ from steploop.reducer.events import Event
 from steploop.reducer.machine import advance
 from steploop.reducer.transitions import Terminal, Transition
 
+__all__ = [
+    "DEFAULT_CHECKPOINT_EVERY",
+    "VERIFY_POLICIES",
+    "Mismatch",
+    "ReplayProgress",
+    "ReplayReport",
+    "Verify",
+    "Walk",
+    "check_step",
+    "digest_mismatch",
+    "effects_mismatch",
+    "replay_exact",
+]
+
 
 @attrs.frozen(kw_only=True)
 class Mismatch:
@@ -109,7 +123,7 @@ def _recorded(effect: Effect, state: LoopState) -> None:
     """The world of an exact replay performs nothing: the recording answers, in its order."""
 
 
-class _Walk:
+class Walk:
     """A recording pushed into the driver loop (:class:`steploop.reducer.drive.Loop`, W-DRIVE-4): the
     recorded events, fed one by one, are the world's answers, whatever the effects ask for.
     Exposes the state, the effects and the transitions after each step record."""
@@ -167,17 +181,21 @@ class _Walk:
             yield rec
 
 
-def _check_step(walk: _Walk, rec: StepRecord) -> Mismatch | None:
+def check_step(walk: Walk, rec: StepRecord) -> Mismatch | None:
+    """The step record ``rec`` the walk just replayed, checked: its effects, then its state
+    digest (None when both agree)."""
     state = walk.state
     assert state is not None
-    return _effects_mismatch(walk, rec, state, walk.fields) or _digest_mismatch(
+    return effects_mismatch(walk, rec, state, walk.fields) or digest_mismatch(
         walk, rec, state, walk.fields
     )
 
 
-def _effects_mismatch(
-    walk: _Walk, rec: StepRecord, state: LoopState, fields: Mapping[str, str]
+def effects_mismatch(
+    walk: Walk, rec: StepRecord, state: LoopState, fields: Mapping[str, str]
 ) -> Mismatch | None:
+    """The first effect of ``rec`` that the walk's step computed differently (None: all
+    equal); ``state`` and ``fields`` name the state fields that differ."""
     actual = walk.effects
     if rec.effects == actual:
         return None
@@ -196,9 +214,10 @@ def _effects_mismatch(
     )
 
 
-def _digest_mismatch(
-    walk: _Walk, rec: StepRecord, state: LoopState, fields: Mapping[str, str]
+def digest_mismatch(
+    walk: Walk, rec: StepRecord, state: LoopState, fields: Mapping[str, str]
 ) -> Mismatch | None:
+    """``state``'s digest against the one ``rec`` recorded (None when equal)."""
     digest = walk.digest(state)
     if digest == rec.digest:
         return None
@@ -297,7 +316,7 @@ def replay_exact(
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
     reader = TraceReader(path)
-    walk = _Walk(reader)
+    walk = Walk(reader)
     t0 = time.perf_counter()
     mismatch: Mismatch | None = None
     terminal: Terminal | None = None
@@ -329,11 +348,11 @@ def replay_exact(
         pending.clear()
         found: Mismatch | None = None
         last = steps[-1]
-        if _digest_mismatch(walk, last.rec, last.state, walk.fields) is not None:
+        if digest_mismatch(walk, last.rec, last.state, walk.fields) is not None:
             fields = dict(settled_fields)
             for n, p in enumerate(steps):
                 fields.update(p.rec.fields)
-                found = _digest_mismatch(walk, p.rec, p.state, fields)
+                found = digest_mismatch(walk, p.rec, p.state, fields)
                 if found is not None:
                     at, steps = p, steps[:n]
                     break
@@ -349,14 +368,14 @@ def replay_exact(
         for rec in walk:
             if isinstance(rec, StepRecord):
                 if not lazy:
-                    mismatch = _check_step(walk, rec)
+                    mismatch = check_step(walk, rec)
                     if mismatch is not None:
                         break
                     if on_step is not None:
                         on_step(rec)
                     continue
                 assert walk.state is not None
-                mismatch = _effects_mismatch(walk, rec, walk.state, walk.fields)
+                mismatch = effects_mismatch(walk, rec, walk.state, walk.fields)
                 if mismatch is not None:
                     mismatch = settle() or mismatch
                     break

@@ -14,7 +14,7 @@ from steploop.effects.trace.format import StepRecord, TraceError, TraceHeader
 from steploop.effects.trace.provenance import client_secrets, make_provenance
 from steploop.effects.trace.read import TraceReader
 from steploop.effects.trace.record import TraceRecorder
-from steploop.effects.trace.replay import _check_step, _Walk
+from steploop.effects.trace.replay import Walk, check_step
 from steploop.reducer import LoopState
 from steploop.reducer.effects import (
     CallModel,
@@ -67,7 +67,7 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
             inconsistent trace would record a lie).
     """
     reader = TraceReader(path, tolerate_truncated_tail=True)
-    walk = _Walk(reader)
+    walk = Walk(reader)
     ledger = Ledger()  # the requests of the prefix: opened, answered, withdrawn
     last = -1
     answered: set[int] = set()  # model calls with a recorded answer event
@@ -79,7 +79,7 @@ def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
             answered.add(rec.event.call_id)
         if isinstance(rec.transition, CONTINUE_TYPES):
             rounds += 1
-        mm = _check_step(walk, rec)
+        mm = check_step(walk, rec)
         if mm is not None:
             raise reader.error(
                 mm.line,

@@ -24,6 +24,7 @@ from steploop.reducer.messages import (
     UserMessage,
 )
 from steploop.reducer.state import LoopState
+from steploop.reducer.texts import api_error_text
 from steploop.reducer.transitions import ImageError, ModelError
 
 FALLBACK_RESULT: Final = "Model fallback triggered"
@@ -121,9 +122,8 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         )
         withhold = cfg.media_recovery_enabled
     else:
-        s, err = api_error(
-            s, kind, f"API Error: {e.message or kind}", e.status, cfg=cfg, raw=e.message
-        )
+        text = api_error_text(cfg, kind, e.message)
+        s, err = api_error(s, kind, text, e.status, cfg=cfg, raw=e.message)
         withhold = False
     if withhold:
         s = evolve(s, round=evolve(s.round, ended=True, withheld=err))
@@ -217,9 +217,8 @@ def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopSta
 def _give_up(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     """[R-RETRY-4] retries exhausted: an API-error message ends the turn without stop hooks."""
     s = discard_attempt(s, fx, tombstone=True)
-    s, err = api_error(
-        s, e.kind, f"API Error: {e.message or e.kind}", e.status, cfg=cfg, raw=e.message
-    )
+    text = api_error_text(cfg, e.kind, e.message)
+    s, err = api_error(s, e.kind, text, e.status, cfg=cfg, raw=e.message)
     fx.append(Emit(item=err))
     s = evolve(s, round=evolve(s.round, ended=True, error_message=err))
     return table.no_tool_use(s, cfg, fx, e.at_ms)

@@ -23,6 +23,7 @@ from steploop.reducer.machine import failures, interrupts, table
 from steploop.reducer.machine.helpers import FX, api_error
 from steploop.reducer.messages import (
     AssistantMessage,
+    Tombstone,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseSummary,
@@ -59,7 +60,9 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
     if late_call(s, e):
         return s
     r = s.round
-    if r.sticky_fallback and cfg.compat.sticky_streaming_fallback and r.blocks:
+    # a non-streaming answer is one complete message: a further block joins it
+    joins = not r.streaming and bool(r.blocks) and cfg.compat.nonstreaming_single_message
+    if r.sticky_fallback and cfg.compat.sticky_streaming_fallback and r.blocks and not joins:
         # the reference re-runs the tombstone-and-clear on every later item
         s = failures.discard_attempt(s, fx, tombstone=True)
         r = s.round
@@ -68,9 +71,20 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
         return s  # [R-TOOL-4] a truncated tool (or server tool) input is never emitted or stored
     n = s.ids.msg + 1
     model = e.model or s.model  # [R-MODEL-1] the serving model, once the client knows it
-    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,))
-    fx.append(Emit(item=rec))
-    blocks = (*r.blocks, rec)
+    if joins:
+        last = r.blocks[-1]
+        fx.append(Emit(item=Tombstone(message_id=last.id)))
+        rec = AssistantMessage(
+            id=f"m{n}", response_id=last.response_id, model=model, content=(*last.content, block)
+        )
+        fx.append(Emit(item=rec))
+        blocks = (*r.blocks[:-1], rec)
+    else:
+        rec = AssistantMessage(
+            id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,)
+        )
+        fx.append(Emit(item=rec))
+        blocks = (*r.blocks, rec)
     ids = evolve(s.ids, msg=n)
     if isinstance(block, ToolUseBlock):
         traits = e.tool or ToolTraits(known=False)
@@ -284,6 +298,10 @@ def on_tool_finished(s: LoopState, e: ToolFinished, cfg: LoopConfig, fx: FX) -> 
     s = _set_slot(s, i, done)
     if hook:
         s = evolve(s, round=evolve(s.round, hook_stop=True))
+    if e.model and not sl.traits.concurrency_safe:
+        # [R-MODEL-2] the tool's context modifier sets the main loop's model for the rest of
+        # the turn (the reference applies modifiers of non-safe tools only)
+        s = evolve(s, model=e.model)
     if e.is_error and sl.traits.cancels_siblings_on_error and s.round.sibling_error is None:
         s = _cancel_siblings(s, sl, fx)
     return _after_slot_change(s, cfg, fx, e.at_ms)

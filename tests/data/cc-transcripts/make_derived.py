@@ -19,10 +19,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import derived_versions
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "derived"
 MAIN = HERE / "fasthooks" / "sample_main_transcript.jsonl"
 TOOLS = HERE / "spotter" / "tool_heavy.jsonl"
+CCV = HERE / "ccviewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 TRACE = HERE.parents[2] / "specs" / "scenarios" / "completed.jsonl"
 
 
@@ -58,7 +61,8 @@ def main() -> None:
     tools = lines(TOOLS)
 
     # a truncated last line: the file stops mid-record, without a final newline; the record
-    # was the interrupt marker that ended the last turn, so that turn is left cut off
+    # was the interrupt marker that ended the last turn, so that turn is left cut off, and
+    # reproduced up to the cut (IMP-22)
     last = tools[-1]
     write("truncated_last_line.jsonl", "\n".join(tools[:-1]) + "\n" + last[: len(last) // 2])
     expect(
@@ -69,7 +73,7 @@ def main() -> None:
         ],
         turns=2,
         reproduced=1,
-        causes={"cut-off": 1},
+        cut=1,
     )
 
     # an unknown record type, twice
@@ -78,7 +82,7 @@ def main() -> None:
     write("unknown_record_type.jsonl", dump([rs[0], odd, *rs[1:4], odd, *rs[4:]]))
     expect(
         "unknown_record_type.jsonl",
-        ["error: unknown_record_type.jsonl:2: unknown record type 'hologram' (2 records, the first here); skipped"],
+        ["warning: unknown_record_type.jsonl:2: unknown record type 'hologram' (2 records, the first here); skipped"],
         turns=2,
         reproduced=2,
     )
@@ -99,7 +103,8 @@ def main() -> None:
         reproduced=2,
     )
 
-    # a branch: before turn 3's prompt the user asked something else and rewound to line 17
+    # a branch: before turn 3's prompt the user asked something else and rewound to line 17;
+    # both continuations are imported, the branch as its own thread (IMP-23)
     rs = recs(MAIN)
     at = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("4ff8f9dd"))
     prompt = copy.deepcopy(rs[at])
@@ -114,12 +119,16 @@ def main() -> None:
     expect(
         "branch.jsonl",
         [
-            "warning: branch.jsonl:17: a branch: this record has another continuation at lines "
-            "19-20 (2 message records) that does not lead to the last message; that branch is "
-            "not imported"
+            "note: branch.jsonl:19: lines 19-20 (2 message records) are a branch that forks "
+            "from main after line 17; imported as 'main branch 1'"
         ],
-        turns=5,
-        reproduced=5,
+        turns=6,
+        reproduced=6,
+        threads=[
+            {"name": "main", "own": 2, "fork": None, "chains": [2, 61], "turns": [1, 2, 3, 4, 5]},
+            {"name": "main branch 1", "own": 19, "fork": {"thread": "main", "line": 17},
+             "chains": [2], "turns": [3]},
+        ],
     )
 
     # a line in the middle that is not JSON, one that is not an object, one without a type
@@ -264,6 +273,75 @@ def main() -> None:
         next(r for r in nxt if "uuid" in r)["parentUuid"] = err_rec["uuid"]
         write(name, dump([*rs[:at], err_rec, *nxt]))
         expect(name, [], turns=5, **verdict)
+
+    # 1.0.x continuation chains: Claude Code 1.0.8x-1.0.90 wrote no compact_boundary; after a
+    # compaction the conversation goes on as a new chain whose first record is the compact
+    # summary, with no parentUuid and no logicalParentUuid (issue 21, class 8). The real 1.0.98
+    # session ccviewer/fe5e1c67 (two turns, five sidechains interleaved with the first) gets that
+    # shape twice: a summary record after turn 1, its turn 2 re-parented to it, and a third turn
+    # (turn 2's records again, fresh uuids) after a second summary. Every chain is imported: the
+    # three turns, each starting from the conversation its chain holds (the summary, IMP-9), and
+    # the five sidechains, each linked to the Task call whose prompt is its first record.
+    rs = recs(CCV)
+    end1 = next(i for i, r in enumerate(rs) if r.get("uuid", "").startswith("fa393e1e"))
+    turn2 = rs[end1 + 1 :]
+
+    def compact_summary(n: int, after: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "parentUuid": None,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": after["cwd"],
+            "sessionId": after["sessionId"],
+            "version": after["version"],
+            "gitBranch": after.get("gitBranch", ""),
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": "This session is being continued from a previous conversation that "
+                "ran out of context. The conversation is summarized below:\n"
+                f"Analysis: part {n} of the TODO app work (Next.js, the task components, "
+                "CLAUDE.md).",
+            },
+            "isCompactSummary": True,
+            "uuid": f"c0c0c0c0-0000-4000-8000-00000000000{n}",
+            "timestamp": after["timestamp"],
+        }
+
+    first = compact_summary(1, rs[end1])
+    turn2[0] = {**turn2[0], "parentUuid": first["uuid"]}
+    second = compact_summary(2, turn2[-1])
+    turn3 = copy.deepcopy(rs[end1 + 1 :])
+    for k, r in enumerate(turn3):
+        r["uuid"] = f"d0d0d0d0-0000-4000-8000-{k:012d}"
+        r["parentUuid"] = second["uuid"] if k == 0 else turn3[k - 1]["uuid"]
+        if r["type"] == "assistant":
+            r["message"]["id"] = r["message"]["id"] + "_again"
+    write("continuation_chains.jsonl", dump([*rs[: end1 + 1], first, *turn2, second, *turn3]))
+    n1 = end1 + 2  # the first summary's line
+    n2 = n1 + len(turn2) + 1
+    expect(
+        "continuation_chains.jsonl",
+        [],
+        turns=8,
+        reproduced=8,
+        threads=[
+            {"name": "main", "own": 2, "fork": None, "chains": [2, n1, n2], "turns": [1, 2, 3]},
+            *[
+                {"name": "sidechain (no agent id)", "own": line, "fork": None, "chains": [line],
+                 "turns": [1], "parent": call}
+                for line, call in (
+                    (16, "toolu_01LS6tcVd796SbQKmZqeVnWY"),
+                    (38, "toolu_014i9ThHMNShCHocf9xMKasf"),
+                    (125, "toolu_01EbxY94wRUAGyMLj5wh699C"),
+                    (229, "toolu_017rjDpjVPeNFmAEXNTkoP55"),
+                    (295, "toolu_01EPom7jESzNbU8coiKjzVGS"),
+                )
+            ],
+        ],
+    )
+
+    derived_versions.main(expect, write)  # the shapes of other Claude Code versions (VER-*)
 
     (OUT / "expected.json").write_text(json.dumps(EXPECTED, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {len(EXPECTED)} derived transcripts and expected.json to {OUT}")
