@@ -133,6 +133,8 @@ class Gates:
     token_budget: bool = attrs.field(default=True, validator=_bool)
     tool_use_summaries: bool = attrs.field(default=False, validator=_bool)
     fallback_on_overload: bool = attrs.field(default=True, validator=_bool)
+    # [R-REFRESH-1] off unless asked: a trace written before the gate existed replays without it
+    tool_refresh: bool = attrs.field(default=False, validator=_bool)
 
 
 @attrs.frozen(kw_only=True)
@@ -392,6 +394,7 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
             reactive_compact=False,
             max_tokens_escalation=False,
             tool_use_summaries=False,
+            tool_refresh=True,
         ),
         compat=Compat(**{f.name: True for f in attrs.fields(Compat)}),
         autocompact_breaker_scope="turn",
@@ -410,7 +413,7 @@ def full(**overrides: Any) -> LoopConfig:
     base = attrs.evolve(
         base,
         profile_name="full",
-        gates=Gates(tool_use_summaries=True),
+        gates=Gates(tool_use_summaries=True, tool_refresh=True),
     )
     return attrs.evolve(base, **overrides) if overrides else base
 

@@ -21,6 +21,7 @@ __all__ = [
     "CallModel",
     "CancelCompaction",
     "CancelModelCall",
+    "CancelRefreshTools",
     "CancelStopHooks",
     "CancelTools",
     "CancelWait",
@@ -29,6 +30,7 @@ __all__ = [
     "Emit",
     "Finish",
     "PersistToolResult",
+    "RefreshTools",
     "RunStopHooks",
     "StartTool",
     "SummarizeToolUse",
@@ -159,6 +161,24 @@ class SummarizeToolUse:
 
 
 @attrs.frozen(kw_only=True)
+class RefreshTools:
+    """Read the tool list as it is now, at the end of tool round ``call_id`` (the reference's
+    ``refreshTools()``: newly connected MCP servers appear); answered by ToolsRefreshed
+    [R-REFRESH-1]."""
+
+    TAG: ClassVar[str] = "refresh_tools"
+    call_id: int
+
+
+@attrs.frozen(kw_only=True)
+class CancelRefreshTools:
+    """Stop reading the tool list of round ``call_id`` (an interrupt ended the round, I-7)."""
+
+    TAG: ClassVar[str] = "cancel_refresh_tools"
+    call_id: int
+
+
+@attrs.frozen(kw_only=True)
 class AcknowledgeCommands:
     """Mark queued commands consumed in this turn as completed (normal return only)."""
 
@@ -196,6 +216,8 @@ Effect: TypeAlias = (
     | CancelStopHooks
     | PersistToolResult
     | SummarizeToolUse
+    | RefreshTools
+    | CancelRefreshTools
     | AcknowledgeCommands
     | Emit
     | Finish

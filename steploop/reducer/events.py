@@ -30,6 +30,7 @@ __all__ = [
     "ToolFinished",
     "ToolTraits",
     "ToolUseSummaryReady",
+    "ToolsRefreshed",
     "WaitElapsed",
 ]
 
@@ -245,6 +246,20 @@ class MessagesInserted:
     at_ms: int = 0
 
 
+@attrs.frozen(kw_only=True)
+class ToolsRefreshed:
+    """The tool list at the end of tool round ``call_id`` (RefreshTools): the tools' names in
+    the order the model sees them and the shell's digest of their definitions ("" when the
+    world keeps no tool list) [R-REFRESH-1]. Recorded, so a replay knows when the list
+    changed; the machine only waits for it."""
+
+    TAG: ClassVar[str] = "tools_refreshed"
+    call_id: int
+    tools: tuple[str, ...] = ()
+    digest: str = ""
+    at_ms: int = 0
+
+
 Event: TypeAlias = (
     ModelBlockReceived
     | ModelResponseEnded
@@ -259,4 +274,5 @@ Event: TypeAlias = (
     | ToolUseSummaryReady
     | CommandQueued
     | MessagesInserted
+    | ToolsRefreshed
 )

@@ -35,6 +35,7 @@ Phase: TypeAlias = Literal[
     "draining",
     "reactive_compacting",
     "stop_hooks",
+    "refreshing_tools",
     "done",
 ]
 PHASES: tuple[Phase, ...] = (
@@ -45,6 +46,7 @@ PHASES: tuple[Phase, ...] = (
     "draining",
     "reactive_compacting",
     "stop_hooks",
+    "refreshing_tools",
     "done",
 )
 

@@ -188,11 +188,12 @@ def test_parallel_calls_fan_out_and_stay_in_the_thread() -> None:
 
 @pytest.mark.spec("IMP-13", "IMP-9")
 def test_the_long_turn_compacts_where_claude_code_did() -> None:
-    """258c7280 turn 2: 613 steps; Claude Code auto-compacted at line 1256 (preTokens 167,094)
-    and so does the machine (threshold 167,000 for Opus 4.6 on 200,000); the turn reproduces."""
+    """258c7280 turn 2: 730 steps (613, and the tool list read after each of its 117 tool
+    rounds, R-REFRESH-1); Claude Code auto-compacted at line 1256 (preTokens 167,094) and so
+    does the machine (threshold 167,000 for Opus 4.6 on 200,000); the turn reproduces."""
     rep = imported("spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl")
     t2 = rep.turns[1]
-    assert t2.lines == (496, 1845) and t2.reproduced and t2.steps == 613
+    assert t2.lines == (496, 1845) and t2.reproduced and t2.steps == 730
     assert t2.inferred["IMP-18"] == 2  # two queued prompts rode along
 
 

@@ -29,6 +29,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from steploop.effects import answer
 from steploop.effects.importer.infer import stop_reason_for, traits_for
 from steploop.effects.importer.lookahead import (
     INTERRUPT_TOOLS,
@@ -56,6 +57,7 @@ from steploop.reducer.effects import (
     Effect,
     Emit,
     Finish,
+    RefreshTools,
     SummarizeToolUse,
     Wait,
 )
@@ -226,6 +228,8 @@ class TurnDriver:
             ]
         elif isinstance(effect, Wait):  # IMP-17: the wait elapsed (retries leave no timing)
             return [self._answer(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now), "IMP-17")]
+        elif isinstance(effect, RefreshTools):  # R-REFRESH-1: no tool list is recorded
+            return [answer.tools_refreshed(effect, at_ms=self._now)]
         elif isinstance(effect, SummarizeToolUse):  # the gate is off in 2.1.88; none recorded
             return [
                 self._answer(

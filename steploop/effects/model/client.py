@@ -118,7 +118,8 @@ class AnthropicModelClient:
         self._thinking = thinking
         self.on_text_delta = on_text_delta  # public: the interpreter sets it for text_deltas=True
         self._clock = clock if clock is not None else _zero_clock
-        # The prefix never changes for this client: build it once, send the same bytes.
+        # The prefix changes only with the tool list (set_tools): built once, the same bytes.
+        self._system = system
         self._system_param, self._tools_param = prefix(system, tools)
         self._stream_timeout = self._timeout(idle_timeout)
         self._complete_timeout = self._timeout(nonstreaming_timeout)
@@ -127,6 +128,11 @@ class AnthropicModelClient:
         self._fold = MessageFold(thinking is not None)
         self._fold_at = Conversation.empty()
         self._api_ids: dict[int, tuple[str | None, str | None]] = {}  # the latest, by call
+
+    def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """Offer these tool definitions from the next call on (the run calls it when its tool
+        list changed: MCP servers connected or refreshed, specs/ R-REFRESH-1)."""
+        self._system_param, self._tools_param = prefix(self._system, tools)
 
     def api_ids(self, call_id: int) -> tuple[str | None, str | None]:
         """The API's message id (``msg_...``) and request id (the ``request-id`` header,

@@ -84,6 +84,7 @@ with workflow.unsafe.imports_passed_through():
         Emit,
         Finish,
         PersistToolResult,
+        RefreshTools,
         RunStopHooks,
         StartTool,
         SummarizeToolUse,
@@ -690,6 +691,8 @@ class SteploopTurn:
                     lambda d: [decode_event(d)],
                     effect,
                 )
+            case RefreshTools():  # the activities' tool list is fixed: read at once [R-REFRESH-1]
+                return [answer.tools_refreshed(effect, at_ms=self._last_ms)]
             case PersistToolResult(tool_use_id=tid, content=content):
                 pkey = f"{workflow.info().workflow_id}/{inp.turn_id}/{tid}"
                 fired = asyncio.create_task(self._fire(self._call("persist", [pkey, content])))

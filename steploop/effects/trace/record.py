@@ -181,7 +181,10 @@ class TraceRecorder:
         check_provenance(self._provenance)
         if (config is None) != (request is None):
             raise ValueError("give both config and request (and optionally session), or neither")
+        self.path: str | None = None
+        """The file written, when given by name (a sub-agent's trace goes beside it)."""
         if isinstance(target, (str, os.PathLike)):
+            self.path = os.fspath(target)
             self._file: IO[str] = open(target, "w", encoding="utf-8", newline="\n")
             self._owns = True
         else:

@@ -15,7 +15,8 @@ A round runs the reference order [R-ORDER-1]:
     stream: blocks arrive; safe tools start mid-stream; non-safe ones after the end
     no tool use:  PTL ladder -> media ladder -> MOT ladder -> API-error exit (a refusal is
                   one) -> pause_turn resume -> stop hooks -> token budget -> completed
-    tool use:     (interrupts abort) -> hook_stopped -> max_turns -> next_turn
+    tool use:     (interrupts abort) -> hook_stopped -> queued commands -> tool list
+                  refreshed (gated) -> max_turns -> next_turn
 
 The machine waits for the world in *phases*. ``TABLE`` below maps (phase, event type) to the
 handler that applies; a pair missing from the table is a driver error and raises
@@ -81,6 +82,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolUseSummaryReady,
     WaitElapsed,
 )
@@ -168,6 +170,7 @@ class Rung:
     run: Callable[[LoopState, LoopConfig, FX, int], Rungs]
     exits: tuple[object, ...]  # transition classes, and phases it leaves the machine in
     waits: bool = False  # it waits for the world; the rungs after it run on the answer
+    gated: bool = False  # it waits only under its gate; without it the ladder goes on
 
 
 START: Final[tuple[object, ...]] = ("compacting", "streaming", BlockingLimit)
@@ -239,19 +242,29 @@ TOOL_ROUND_END: Final[tuple[Rung, ...]] = (
     Rung("R-SUM-1", "results committed, summary requested", tool_round_end.tools_done, ()),
     Rung("T-HOOK-1", "hook_stopped", tool_round_end.hook_stopped, (HookStopped,)),
     Rung("R-CMD-1", "queued commands", tool_round_end.queued_commands, ()),
+    Rung(
+        "R-REFRESH-1",
+        "tool list refreshed",
+        tool_round_end.refresh_tools,
+        ("refreshing_tools",),
+        waits=True,
+        gated=True,
+    ),
     Rung("T-MAXTURNS-1", "max_turns", tool_round_end.max_turns, (MaxTurns,)),
     Rung("C-NEXT-1", "next_turn", tool_round_end.next_turn, (NextTurn,)),
 )
 """The tool-use path once every tool of the round is done (interrupts abort before it):
-hook_stopped -> max_turns -> next_turn."""
+hook_stopped -> queued commands -> the tool list refreshed (gated) -> max_turns -> next_turn."""
 
 
 _TOOL_ROUND_END_RUNS: Final = tuple(r.run for r in TOOL_ROUND_END)
+AFTER_REFRESH_AT: Final = next(i for i, r in enumerate(TOOL_ROUND_END) if r.waits) + 1
+"""Where the refreshed list's answer goes on in ``TOOL_ROUND_END``: the rung after the refresh."""
 
 
-def after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    """The tool-use ladder: TOOL_ROUND_END until a rung ends the round."""
-    for run in _TOOL_ROUND_END_RUNS:
+def after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
+    """The tool-use ladder: TOOL_ROUND_END from rung ``start`` until a rung ends the round."""
+    for run in _TOOL_ROUND_END_RUNS[start:] if start else _TOOL_ROUND_END_RUNS:
         s, ended = run(s, cfg, fx, now)
         if ended:
             return s
@@ -464,6 +477,11 @@ TABLE: dict[Phase, dict[type, Handler]] = {
         CompactionFailed: compaction.on_compaction_failed,
     },
     "stop_hooks": {**_LATE, **_ALWAYS, StopHooksFinished: round_end.on_stop_hooks},
+    "refreshing_tools": {
+        **_LATE,
+        **_ALWAYS,
+        ToolsRefreshed: tool_round_end.on_tools_refreshed,
+    },
     "done": {},  # a finished turn accepts nothing
 }
 
@@ -476,6 +494,7 @@ TABLE: dict[Phase, dict[type, Handler]] = {
 # tests/reducer/test_graph.py holds that drawing consistent with the one the explorer observes.
 
 AFTER_HOOKS: Final[tuple[Rung, ...]] = ROUND_END[AFTER_HOOKS_AT:]
+AFTER_REFRESH: Final[tuple[Rung, ...]] = TOOL_ROUND_END[AFTER_REFRESH_AT:]
 
 NEXT_ROUND: Final[dict[type[Continue], tuple[object, ...]]] = {
     **{kind: START for kind in CONTINUE_TYPES},
@@ -539,6 +558,10 @@ OUTCOMES: Final[dict[Phase, dict[type, tuple[object, ...]]]] = {
     "stop_hooks": {
         StopHooksFinished: (StopHookPrevented, StopHookBlocking, AFTER_HOOKS),
         Interrupted: (StopHookPrevented,),
+    },
+    "refreshing_tools": {
+        ToolsRefreshed: (AFTER_REFRESH,),
+        Interrupted: (AbortedTools,),  # [I-7]
     },
     "done": {},
 }
