@@ -154,6 +154,12 @@ class RetryPolicy:
     base_delay_ms: int = attrs.field(default=500, validator=_positive)
     max_delay_ms: int = attrs.field(default=32_000, validator=_positive)
     max_consecutive_529: int = attrs.field(default=3, validator=_positive)
+    # [R-RETRY-6] which models the consecutive-529 limit counts for: "all" (steploop's
+    # default: the reference with FALLBACK_FOR_ALL_PRIMARY_MODELS set) or "opus" (the
+    # reference without it, for an API-key user: first-party Opus models only)
+    consecutive_529_models: Literal["all", "opus"] = attrs.field(
+        default="all", validator=_one_of("all", "opus")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.max_delay_ms < self.base_delay_ms:
@@ -161,6 +167,12 @@ class RetryPolicy:
                 f"retry.max_delay_ms {self.max_delay_ms} is below retry.base_delay_ms "
                 f"{self.base_delay_ms}: the backoff cap would shorten the first delay"
             )
+
+    def counts_529(self, model: str) -> bool:
+        """[R-RETRY-6] Whether consecutive 529s of calls to ``model`` count toward
+        ``max_consecutive_529``: every model, or under "opus" a first-party Opus id
+        (``claude-opus-*``; a custom name or a Claude 3 Opus is not one)."""
+        return self.consecutive_529_models == "all" or model.lower().startswith("claude-opus-")
 
     def delay_ms(self, attempt: int, retry_after_ms: int | None) -> int:
         """Delay before retry ``attempt`` (1-based): retry-after wins, else 500*2^(n-1) capped."""
@@ -359,6 +371,7 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
         collapse_disables_auto_compact=True,
         texts="claude_code",  # [R-TEXTS-1]
         pause_turn_resumes=0,  # [S-PAUSE-1] pause_turn is treated as end_turn
+        retry=RetryPolicy(consecutive_529_models="opus"),  # [R-RETRY-6]
     )
     return attrs.evolve(base, **overrides) if overrides else base
 
