@@ -469,7 +469,8 @@ def _fidelity_rows() -> list[str]:
     return [
         "",
         "Rules that read these keys (API fidelity): R-OVERFLOW-1 (`overflow_safety_buffer`,",
-        "`floor_output_tokens`, `thinking_budget`; every profile), R-REFUSAL-1 (`texts`,",
+        "`floor_output_tokens`, `thinking_budget`; every profile), R-THINK-1 (`thinking_budget`,",
+        "the one thinking budget: every model call carries it), R-REFUSAL-1 (`texts`,",
         "`non_interactive`; every profile), S-PAUSE-1 (`pause_turn_resumes`: 0 is the reference's",
         "pause_turn-as-end_turn), R-TEXTS-1 and R-CATEGORY-1 (`texts`), R-BLOCK-1/2 (no key:",
         "every profile keeps and resends every content block).",
