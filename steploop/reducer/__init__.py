@@ -15,7 +15,13 @@ from steploop.reducer.config import (
     profile,
 )
 from steploop.reducer.conversation import Conversation
-from steploop.reducer.errors import ConfigError, IllegalEvent, SteploopError
+from steploop.reducer.errors import (
+    ConfigError,
+    IllegalEvent,
+    MalformedConversation,
+    SteploopError,
+    WrongType,
+)
 from steploop.reducer.machine import TABLE, allowed_events, start, step
 from steploop.reducer.state import PHASES, LoopState, Phase, Request, Session
 
@@ -30,11 +36,13 @@ __all__ = [
     "IllegalEvent",
     "LoopConfig",
     "LoopState",
+    "MalformedConversation",
     "Phase",
     "Request",
     "RetryPolicy",
     "Session",
     "SteploopError",
+    "WrongType",
     "allowed_events",
     "claude_code_2_1_88",
     "default",

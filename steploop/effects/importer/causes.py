@@ -44,6 +44,12 @@ CAUSES: dict[str, str] = {
         "the call is missing or in another branch)"
     ),
     "rejected-event": "step() rejects the event the transcript implies here",
+    "malformed-conversation": (
+        "the transcript's conversation is one the Messages API refuses (a tool_use id used "
+        "twice, a tool_result naming no tool_use, an empty prompt or text block): the machine "
+        "ends such a response as malformed, or refuses such a session (M-HIST-1, B-MODEL-2), "
+        "where Claude Code repaired it before sending"
+    ),
     "unexplained": "not classified: read the divergence",
 }
 
@@ -64,6 +70,8 @@ def _cause(div: Divergence, driver: TurnDriver, items: list[Item]) -> str:
             return "tool-schedule"
         if "step() rejects" in why:
             return "rejected-event"
+        if "refuses the conversation" in why:
+            return "malformed-conversation"
         if "which the machine has no call" in why:
             return "unknown-call"
         if "turn ends here" in why and driver.last_turn:
@@ -71,6 +79,8 @@ def _cause(div: Divergence, driver: TurnDriver, items: list[Item]) -> str:
         if "does not call the model" in why and "compacting" in why:
             return "auto-compact-timing"
         return "unexplained"
+    if "the model sent a malformed response" in got:
+        return "malformed-conversation"
     if REJECT_PREFIX[:30] in exp and "Interrupted by user" in got:
         return "interrupt-result-text"
     if "rejected this tool use" in got:

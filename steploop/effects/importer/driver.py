@@ -30,7 +30,14 @@ import attrs
 from steploop.effects.importer.convert import INTERRUPT_TEXTS
 from steploop.effects.importer.infer import stop_reason_for, traits_for
 from steploop.effects.importer.segment import Item
-from steploop.reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
+from steploop.reducer import (
+    IllegalEvent,
+    LoopConfig,
+    LoopState,
+    MalformedConversation,
+    Request,
+    Session,
+)
 from steploop.reducer.drive import drive
 from steploop.reducer.effects import (
     AskPermission,
@@ -121,6 +128,8 @@ class TurnDriver:
         terminal: the Terminal the turn ended with, or None.
         stuck: why the driver stopped before the end (None when the turn ended), and
             ``stuck_line`` the transcript line it stopped at.
+        started: whether ``start()`` took the turn (it refuses a conversation the API
+            would refuse, M-HIST-1; there is then no trace to write).
     """
 
     def __init__(
@@ -139,6 +148,7 @@ class TurnDriver:
         self.terminal: Terminal | None = None
         self.stuck: str | None = None
         self.stuck_line: int | None = None
+        self.started = False
         self._unknown = unknown_tools
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
@@ -170,6 +180,7 @@ class TurnDriver:
 
     def _observe(self, event: Event | None, state: LoopState, *_: Any) -> None:
         self.state = state
+        self.started = True
         if event is None:
             return
         self.events.append(event)
@@ -263,6 +274,8 @@ class TurnDriver:
             drive(self, self._request, self.config, self._session, observer=self._observe)
         except IllegalEvent as e:
             self._stop(f"step() rejects {type(e.event).__name__}: {e}")
+        except MalformedConversation as e:  # M-HIST-1: one the API would refuse
+            self._stop(f"the machine refuses the conversation: {e}")
         finally:
             self.release()
 
