@@ -46,14 +46,71 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# [P-CONFIG-3] The largest value of each integer key: far above any real setting, far below
+# what breaks arithmetic, a timer or a JSON reader (2**53). A key not listed has INT_LIMIT.
+TOKEN_LIMIT = 100_000_000  # tokens: a hundred times the largest context window
+COUNT_LIMIT = 1_000_000  # turns, retries, rounds, failures, resumes, continuations
+MS_LIMIT = 365 * 24 * 3_600_000  # milliseconds: a year
+INT_LIMIT = 1_000_000_000  # anything else (characters)
+LIMITS: dict[str, tuple[int, str]] = {
+    **{
+        k: (TOKEN_LIMIT, "tokens")
+        for k in (
+            "context_window",
+            "max_output_tokens",
+            "capped_max_output_tokens",
+            "escalated_max_output_tokens",
+            "max_output_tokens_env_override",
+            "summary_output_reserve",
+            "autocompact_buffer",
+            "blocking_buffer",
+            "snip_buffer",
+            "budget_diminishing_tokens",
+            "thinking_budget",
+            "overflow_safety_buffer",
+            "floor_output_tokens",
+        )
+    },
+    **{
+        k: (COUNT_LIMIT, "a count")
+        for k in (
+            "max_turns",
+            "max_autocompact_failures",
+            "snip_keep_rounds",
+            "collapse_keep_rounds",
+            "microcompact_keep_recent",
+            "mot_recovery_limit",
+            "stop_hook_block_cap",
+            "budget_min_continuations",
+            "pause_turn_resumes",
+            "retry.max_retries",
+            "retry.max_consecutive_529",
+        )
+    },
+    **{
+        k: (MS_LIMIT, "milliseconds")
+        for k in ("microcompact_gap_ms", "retry.base_delay_ms", "retry.max_delay_ms")
+    },
+}
+
+
+def _bounded(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    key = _key(inst, attr.name)
+    limit, unit = LIMITS.get(key, (INT_LIMIT, "characters"))
+    if value > limit:
+        raise ConfigError(f"{key} must be at most {limit:,} ({unit}), got {value:,}")
+
+
 def _positive(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
     if not _is_int(value) or value <= 0:
         raise ConfigError(f"{_key(inst, attr.name)} must be a positive integer, got {value!r}")
+    _bounded(inst, attr, value)
 
 
 def _non_negative(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
     if not _is_int(value) or value < 0:
         raise ConfigError(f"{_key(inst, attr.name)} must be a non-negative integer, got {value!r}")
+    _bounded(inst, attr, value)
 
 
 def _opt_positive(inst: object, attr: attrs.Attribute[Any], value: int | None) -> None:
