@@ -44,8 +44,7 @@ class Checked:
 
     __slots__ = ()
 
-    def __attrs_post_init__(self) -> None:
-        check_fields(self)
+    __attrs_post_init__ = check_fields  # the check itself: no frame of its own
 
 
 @attrs.frozen(kw_only=True)

@@ -210,7 +210,9 @@ def check_fields(obj: object) -> None:
             named by its path from the class (``MessagesInserted.messages[0].content``).
     """
     cls = obj.__class__
-    fn = _CHECKERS.get(cls) or checker(cls)
+    fn = _CHECKERS.get(cls)
+    if fn is None:
+        fn = checker(cls)
     try:
         fn(obj)
     except _Bad as b:

@@ -47,3 +47,21 @@ def test_a_transcript_reusing_one_tool_use_id_is_not_reproduced(tmp_path: Path) 
     for turn in rest:
         assert turn.divergence is not None and "refuses the conversation" in turn.divergence.got
         assert turn.trace is None
+
+
+@pytest.mark.spec("M-HIST-1", "CLI-1")
+def test_steploop_run_with_a_blank_prompt_is_one_line_and_status_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`steploop run "   "`: the machine's refusal is one error line and exit status 2, not an
+    exception group's traceback."""
+    from steploop.effects.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "   ", "--scripted", str(ROOT / "examples" / "replies.json")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [
+        "steploop: error: the prompt is empty or only whitespace: the API refuses a message "
+        "without text"
+    ]
