@@ -10,7 +10,7 @@ import pytest
 
 from steploop.reducer import Conversation, MalformedConversation, Request, Session, default, start
 from steploop.reducer.effects import CallModel, Compact, Emit, Finish
-from steploop.reducer.events import CompactionFinished, MessagesInserted
+from steploop.reducer.events import CompactionFinished, MessagesInserted, ModelCallFailed
 from steploop.reducer.messages import (
     AssistantMessage,
     ImageBlock,
@@ -20,7 +20,7 @@ from steploop.reducer.messages import (
     ToolUseBlock,
     UserMessage,
 )
-from steploop.reducer.transitions import ModelError
+from steploop.reducer.transitions import ModelError, PromptTooLong
 from tests.reducer.driver import SAFE, Driver
 
 
@@ -256,3 +256,15 @@ def test_a_compaction_the_api_would_refuse_fails() -> None:
     assert d.state.tracking.consecutive_failures == 1
     assert d.state.conversation is before
     assert not [e for e in fx if isinstance(e, Emit) and e.item == bad]
+
+
+@pytest.mark.spec("M-HIST-1", "C-REACTIVE-1")
+def test_a_reactive_compaction_the_api_would_refuse_surfaces_the_error() -> None:
+    """A reactive compaction answered with an orphan tool_result fails: the withheld
+    prompt-too-long error surfaces and the turn ends prompt_too_long."""
+    d = Driver(default())
+    fx = d.feed(ModelCallFailed(call_id=d.call_id, kind="prompt_too_long", status=400))
+    (compact,) = [e for e in fx if isinstance(e, Compact)]
+    bad = UserMessage(id="c1", content=(ToolResultBlock(tool_use_id="gone", content="x"),))
+    fx = d.feed(CompactionFinished(compact_id=compact.compact_id, messages=(bad,)))
+    assert isinstance(fx[-1], Finish) and fx[-1].terminal == PromptTooLong()

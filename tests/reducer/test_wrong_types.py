@@ -287,3 +287,16 @@ def test_huge_integers_are_refused_or_taken_whole(key: str, value: int) -> None:
         return
     group, _, name = key.rpartition(".")
     assert getattr(getattr(cfg, group) if group else cfg, name) == value
+
+
+@pytest.mark.spec("M-TYPE-1")
+def test_a_subclass_of_the_config_and_the_state_passes() -> None:
+    """The check is isinstance underneath the fast class comparison: a subclass is taken."""
+
+    class MyConfig(LoopConfig):
+        pass
+
+    cfg = MyConfig()
+    state, _ = start(Request(prompt="go"), cfg)
+    state, fx = step(state, Interrupted(), cfg)
+    assert state.phase == "done" and fx

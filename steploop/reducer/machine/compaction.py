@@ -47,10 +47,8 @@ def on_compaction_finished(
         )
     conversation = Conversation.of(e.messages)
     if conversation.problem is not None:  # [M-HIST-1] a summary the API would refuse failed
-        reason = f"the compaction's messages cannot be sent: {conversation.problem}"
-        return on_compaction_failed(
-            s, CompactionFailed(compact_id=e.compact_id, reason=reason, at_ms=e.at_ms), cfg, fx
-        )
+        failed = CompactionFailed(compact_id=e.compact_id, at_ms=e.at_ms)
+        return on_compaction_failed(s, failed, cfg, fx)
     s = _task_budget_carry(s)
     fx.extend(Emit(item=m) for m in e.messages)
     s = evolve(s, conversation=conversation, tokens_freed=0)
@@ -89,7 +87,7 @@ def on_messages_inserted(s: LoopState, e: MessagesInserted, cfg: LoopConfig, fx:
             f"model call {r.call_id} has already answered; messages are inserted before an answer",
         )
     conversation = s.conversation.extend(e.messages)
-    if conversation.problem is not None and s.conversation.problem is None:  # [M-HIST-1]
+    if conversation.problem is not None:  # [M-HIST-1] (a state start() made has none)
         raise MalformedConversation(f"the inserted messages cannot be sent: {conversation.problem}")
     fx.append(CancelModelCall(call_id=r.call_id))
     fx.extend(Emit(item=m) for m in e.messages)
