@@ -330,6 +330,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         quiet_output(out)  # the interpreter's last flush of it would fail again
         return 0
     except BaseExceptionGroup as group:  # raised inside a run's task group, wrapped
+        ours = group.subgroup((CliError, ConfigError, SteploopError))
+        if ours is not None:  # a prompt the machine refuses (M-HIST-1), ...: one line
+            first: BaseException = ours
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            from steploop.effects.trace_cli import explain
+
+            print(f"steploop: error: {_safe(explain(first))}", file=sys.stderr)  # type: ignore[arg-type]
+            return EXIT_USAGE
         if group.split(BrokenPipeError)[1] is not None:
             raise
         quiet_output(out)

@@ -16,7 +16,13 @@ from steploop.reducer.config import (
     profile,
 )
 from steploop.reducer.conversation import Conversation
-from steploop.reducer.errors import ConfigError, IllegalEvent, SteploopError
+from steploop.reducer.errors import (
+    ConfigError,
+    IllegalEvent,
+    MalformedConversation,
+    SteploopError,
+    WrongType,
+)
 from steploop.reducer.machine import TABLE, allowed_events, start, step
 from steploop.reducer.state import PHASES, LoopState, Phase, Request, Session
 from steploop.reducer.versions import VERSION_ROWS, claude_code, version_basis
@@ -34,11 +40,13 @@ __all__ = [
     "Legacy",
     "LoopConfig",
     "LoopState",
+    "MalformedConversation",
     "Phase",
     "Request",
     "RetryPolicy",
     "Session",
     "SteploopError",
+    "WrongType",
     "allowed_events",
     "claude_code",
     "claude_code_2_1_88",

@@ -57,14 +57,71 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# [P-CONFIG-3] The largest value of each integer key: far above any real setting, far below
+# what breaks arithmetic, a timer or a JSON reader (2**53). A key not listed has INT_LIMIT.
+TOKEN_LIMIT = 100_000_000  # tokens: a hundred times the largest context window
+COUNT_LIMIT = 1_000_000  # turns, retries, rounds, failures, resumes, continuations
+MS_LIMIT = 365 * 24 * 3_600_000  # milliseconds: a year
+INT_LIMIT = 1_000_000_000  # anything else (characters)
+LIMITS: dict[str, tuple[int, str]] = {
+    **{
+        k: (TOKEN_LIMIT, "tokens")
+        for k in (
+            "context_window",
+            "max_output_tokens",
+            "capped_max_output_tokens",
+            "escalated_max_output_tokens",
+            "max_output_tokens_env_override",
+            "summary_output_reserve",
+            "autocompact_buffer",
+            "blocking_buffer",
+            "snip_buffer",
+            "budget_diminishing_tokens",
+            "thinking_budget",
+            "overflow_safety_buffer",
+            "floor_output_tokens",
+        )
+    },
+    **{
+        k: (COUNT_LIMIT, "a count")
+        for k in (
+            "max_turns",
+            "max_autocompact_failures",
+            "snip_keep_rounds",
+            "collapse_keep_rounds",
+            "microcompact_keep_recent",
+            "mot_recovery_limit",
+            "stop_hook_block_cap",
+            "budget_min_continuations",
+            "pause_turn_resumes",
+            "retry.max_retries",
+            "retry.max_consecutive_529",
+        )
+    },
+    **{
+        k: (MS_LIMIT, "milliseconds")
+        for k in ("microcompact_gap_ms", "retry.base_delay_ms", "retry.max_delay_ms")
+    },
+}
+
+
+def _bounded(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    key = _key(inst, attr.name)
+    limit, unit = LIMITS.get(key, (INT_LIMIT, "characters"))
+    if value > limit:
+        raise ConfigError(f"{key} must be at most {limit:,} ({unit}), got {value:,}")
+
+
 def _positive(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
     if not _is_int(value) or value <= 0:
         raise ConfigError(f"{_key(inst, attr.name)} must be a positive integer, got {value!r}")
+    _bounded(inst, attr, value)
 
 
 def _non_negative(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
     if not _is_int(value) or value < 0:
         raise ConfigError(f"{_key(inst, attr.name)} must be a non-negative integer, got {value!r}")
+    _bounded(inst, attr, value)
 
 
 def _opt_positive(inst: object, attr: attrs.Attribute[Any], value: int | None) -> None:
@@ -196,6 +253,12 @@ class RetryPolicy:
     base_delay_ms: int = attrs.field(default=500, validator=_positive)
     max_delay_ms: int = attrs.field(default=32_000, validator=_positive)
     max_consecutive_529: int = attrs.field(default=3, validator=_positive)
+    # [R-RETRY-6] which models the consecutive-529 limit counts for: "all" (steploop's
+    # default: the reference with FALLBACK_FOR_ALL_PRIMARY_MODELS set) or "opus" (the
+    # reference without it, for an API-key user: first-party Opus models only)
+    consecutive_529_models: Literal["all", "opus"] = attrs.field(
+        default="all", validator=_one_of("all", "opus")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.max_delay_ms < self.base_delay_ms:
@@ -203,6 +266,12 @@ class RetryPolicy:
                 f"retry.max_delay_ms {self.max_delay_ms} is below retry.base_delay_ms "
                 f"{self.base_delay_ms}: the backoff cap would shorten the first delay"
             )
+
+    def counts_529(self, model: str) -> bool:
+        """[R-RETRY-6] Whether consecutive 529s of calls to ``model`` count toward
+        ``max_consecutive_529``: every model, or under "opus" a first-party Opus id
+        (``claude-opus-*``; a custom name or a Claude 3 Opus is not one)."""
+        return self.consecutive_529_models == "all" or model.lower().startswith("claude-opus-")
 
     def delay_ms(self, attempt: int, retry_after_ms: int | None) -> int:
         """Delay before retry ``attempt`` (1-based): retry-after wins, else 500*2^(n-1) capped."""
@@ -403,6 +472,7 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
         collapse_disables_auto_compact=True,
         texts="claude_code",  # [R-TEXTS-1]
         pause_turn_resumes=0,  # [S-PAUSE-1] pause_turn is treated as end_turn
+        retry=RetryPolicy(consecutive_529_models="opus"),  # [R-RETRY-6]
     )
     return attrs.evolve(base, **overrides) if overrides else base
 
@@ -514,7 +584,8 @@ def _fidelity_rows() -> list[str]:
     return [
         "",
         "Rules that read these keys (API fidelity): R-OVERFLOW-1 (`overflow_safety_buffer`,",
-        "`floor_output_tokens`, `thinking_budget`; every profile), R-REFUSAL-1 (`texts`,",
+        "`floor_output_tokens`, `thinking_budget`; every profile), R-THINK-1 (`thinking_budget`,",
+        "the one thinking budget: every model call carries it), R-REFUSAL-1 (`texts`,",
         "`non_interactive`; every profile), S-PAUSE-1 (`pause_turn_resumes`: 0 is the reference's",
         "pause_turn-as-end_turn), R-TEXTS-1 and R-CATEGORY-1 (`texts`), R-BLOCK-1/2 (no key:",
         "every profile keeps and resends every content block).",

@@ -49,7 +49,11 @@ class TaskBudget:
 
 @attrs.frozen(kw_only=True)
 class CallModel:
-    """Call the model on ``conversation``. ``streaming=False`` after a broken stream."""
+    """Call the model on ``conversation``. ``streaming=False`` after a broken stream.
+
+    ``thinking_budget`` is the config's (``LoopConfig.thinking_budget``, the one thinking
+    budget there is): the client builds the request's ``thinking`` from it (specs/ R-THINK-1).
+    """
 
     TAG: ClassVar[str] = "call_model"
     call_id: int
@@ -59,6 +63,7 @@ class CallModel:
     streaming: bool = True
     task_budget: TaskBudget | None = None
     query_source: str = "repl_main_thread"
+    thinking_budget: int | None = None
 
 
 @attrs.frozen(kw_only=True)

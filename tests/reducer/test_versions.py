@@ -185,7 +185,7 @@ def _compacts_at_160k(cfg: LoopConfig) -> bool:
         usage=Usage(input_tokens=159_990, output_tokens=10),
     )
     session = Session(conversation=Conversation.of([a]))
-    _, fx, _ = begin(Request(prompt=""), cfg, session)
+    _, fx, _ = begin(Request(prompt="next"), cfg, session)
     return any(isinstance(e, Compact) for e in fx)
 
 

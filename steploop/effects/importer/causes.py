@@ -112,6 +112,12 @@ CAUSES: dict[str, str] = {
         "the two sides wrote different kinds of message at this place (the machine's order of "
         "results, feedback and notices is not Claude Code's here)"
     ),
+    "malformed-conversation": (
+        "the transcript's conversation is one the Messages API refuses (a tool_use id used "
+        "twice, a tool_result naming no tool_use, an empty prompt or text block): the machine "
+        "ends such a response as malformed, or refuses such a session (M-HIST-1, B-MODEL-2), "
+        "where Claude Code repaired it before sending"
+    ),
     "unexplained": (
         "not classified: a defect of the importer or the machine (read the divergence and "
         "report it)"
@@ -132,6 +138,8 @@ def _stuck_cause(why: str, driver: TurnDriver) -> str:
         return "tool-schedule"
     if "step() rejects" in why:
         return "rejected-event"
+    if "refuses the conversation" in why:
+        return "malformed-conversation"
     if "which the machine has no call" in why:
         return "unknown-call"
     if "turn ends here" in why:
@@ -159,6 +167,8 @@ def _cause(div: Divergence, driver: TurnDriver) -> str:
     exp, got = div.expected, div.got
     if driver.stuck is not None and div.step is None and got == driver.stuck:
         return _stuck_cause(driver.stuck, driver)
+    if "the model sent a malformed response" in got:
+        return "malformed-conversation"
     want, have = div.want_kind, div.got_kind
     if "rejected this tool use" in got:
         return "rejection-text"

@@ -48,7 +48,14 @@ from steploop.effects.importer.lookahead import (
     switched_model,
 )
 from steploop.effects.importer.segment import Item
-from steploop.reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
+from steploop.reducer import (
+    IllegalEvent,
+    LoopConfig,
+    LoopState,
+    MalformedConversation,
+    Request,
+    Session,
+)
 from steploop.reducer.conversation import estimate_message
 from steploop.reducer.drive import Observer, drive
 from steploop.reducer.effects import (
@@ -135,6 +142,8 @@ class TurnDriver:
             ``stuck_line`` the transcript line it stopped at.
         cut: the driver stopped because the thread's transcript ends inside this turn, with
             the machine waiting for what the transcript never wrote (IMP-22).
+        started: whether ``start()`` took the turn (it refuses a conversation the API
+            would refuse, M-HIST-1; there is then no trace to write).
     """
 
     def __init__(
@@ -154,6 +163,7 @@ class TurnDriver:
         self.stuck: str | None = None
         self.stuck_line: int | None = None
         self.cut = False  # the thread's transcript ends inside this turn (IMP-22)
+        self.started = False
         self._unknown = unknown_tools
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
@@ -188,6 +198,7 @@ class TurnDriver:
 
     def _observe(self, event: Event | None, state: LoopState, *_: Any) -> None:
         self.state = state
+        self.started = True
         if event is None:
             return
         self.events.append(event)
@@ -295,6 +306,8 @@ class TurnDriver:
             drive(self, self._request, self.config, self._session, observer=watch)
         except IllegalEvent as e:
             self._stop(f"step() rejects {type(e.event).__name__}: {e}")
+        except MalformedConversation as e:  # M-HIST-1: one the API would refuse
+            self._stop(f"the machine refuses the conversation: {e}")
         finally:
             self.release()
 

@@ -292,7 +292,7 @@ def _import_turns(
     for turn in _import_thread(src, th, profile, keep_steps=out_dir is not None):
         rep, driver, cfg, request, session, _seg, steps = turn
         path_out: Path | None = None
-        if out_dir is not None:
+        if out_dir is not None and driver.started:  # a refused start has no trace (M-HIST-1)
             path_out = out_dir / f"{stem}{th.tag}.t{rep.turn:03d}.jsonl"
             prov = dict(
                 base,

@@ -181,13 +181,11 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
 def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     r = s.round
     policy = cfg.retry
-    c529 = r.consecutive_529 + 1 if e.kind == "overloaded" else 0
+    # [R-RETRY-6] a 529 counts toward the limit only for the models the policy names
+    counted = e.kind == "overloaded" and policy.counts_529(s.model)
+    c529 = r.consecutive_529 + 1 if counted else 0
     s = evolve(s, round=evolve(r, consecutive_529=c529))
-    if (
-        e.kind == "overloaded"
-        and cfg.gates.fallback_on_overload
-        and c529 >= policy.max_consecutive_529
-    ):
+    if counted and cfg.gates.fallback_on_overload and c529 >= policy.max_consecutive_529:
         fb = cfg.fallback_model
         if fb is not None and s.model != fb:
             return _model_fallback(s, cfg, fx, fb)

@@ -153,6 +153,7 @@ def call_model(s: LoopState, cfg: LoopConfig, fx: FX, *, fresh: bool = False) ->
             streaming=r.streaming,
             task_budget=budget,
             query_source=cfg.query_source,
+            thinking_budget=cfg.thinking_budget,  # [R-THINK-1]
         )
     )
     return s

@@ -56,9 +56,37 @@ def late_call(s: LoopState, e: ModelBlockReceived | ModelResponseEnded | ModelCa
     return False
 
 
+MALFORMED: Final = "the model sent a malformed response: "
+"""How the machine words a response it refuses (the shell's words, B-MODEL-1)."""
+
+
+def tool_use_problem(s: LoopState, tool_use_id: str) -> str | None:
+    """[B-MODEL-2] [M-HIST-1] What makes a streamed tool_use's id one the API would refuse in
+    the next request, or None: empty, repeated in the response, or used by the conversation
+    (O(1): the conversation's id index, R-COST-3)."""
+    if not tool_use_id or tool_use_id.isspace():
+        return f"tool_use id {tool_use_id!r} is empty"
+    for sl in s.round.slots:
+        if sl.tool_use_id == tool_use_id:
+            return f"tool_use id {tool_use_id!r} appears twice in one response"
+    if s.conversation.has_tool_use(tool_use_id):
+        return (
+            f"tool_use id {tool_use_id!r} is already used by an earlier message of the"
+            " conversation (the API never reuses one; a tool_result could not name its tool_use)"
+        )
+    return None
+
+
 def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> LoopState:
     if late_call(s, e):
         return s
+    if e.block.__class__ is ToolUseBlock:  # [B-MODEL-2] a malformed response ends the call
+        problem = tool_use_problem(s, e.block.id)
+        if problem is not None:
+            failed = ModelCallFailed(
+                call_id=e.call_id, kind="unknown", message=MALFORMED + problem, at_ms=e.at_ms
+            )
+            return failures.on_call_failed(s, failed, cfg, fx)
     r = s.round
     # [Q-14] a non-streaming answer is one complete message: a further block joins it
     joins = not r.streaming and bool(r.blocks) and cfg.compat.nonstreaming_single_message

@@ -60,6 +60,7 @@ imports none of them, is imported by name.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
@@ -68,7 +69,7 @@ import attrs
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.effects import Effect
-from steploop.reducer.errors import IllegalEvent
+from steploop.reducer.errors import IllegalEvent, WrongType
 from steploop.reducer.events import (
     CommandQueued,
     CompactionFailed,
@@ -140,7 +141,12 @@ def start(
     Returns:
         The first state and its effects: the prompt is emitted, then the first round's
         pipeline runs (usually ending in ``CallModel``).
+
+    Raises:
+        WrongType: an argument is not a Request, a LoopConfig, a Session or None [M-TYPE-1].
+        MalformedConversation: the prompt or the session is one the API refuses [M-HIST-1].
     """
+    check_start(request, config, session)
     s, fx = opening.open_turn(request, config, session)
     return s, tuple(fx)
 
@@ -148,6 +154,7 @@ def start(
 def begin(request: Request, config: LoopConfig, session: Session | None = None) -> Stepped:
     """:func:`start`, with every transition it passed through (the first round can end at once
     in ``blocking_limit``): ``(state, effects, transitions)``."""
+    check_start(request, config, session)
     s, fx = opening.open_turn(request, config, session)
     return s, tuple(fx), fx.passed
 
@@ -577,6 +584,39 @@ def allowed_events(phase: Phase) -> tuple[str, ...]:
     return _ALLOWED[phase]
 
 
+EVENT_TYPES: Final[frozenset[type]] = frozenset(typing.get_args(Event))
+_EVENT_NAMES: Final = "an event (" + ", ".join(sorted(t.__name__ for t in EVENT_TYPES)) + ")"
+
+
+def check_start(request: object, config: object, session: object) -> None:
+    """[M-TYPE-1] start()'s arguments are of their types (the request and the session checked
+    their fields when they were built)."""
+    if not isinstance(request, Request):
+        raise WrongType("start(): request", "a Request", request)
+    if not isinstance(config, LoopConfig):
+        raise WrongType("start(): config", "a LoopConfig", config)
+    if session is not None and not isinstance(session, Session):
+        raise WrongType("start(): session", "a Session or None", session)
+
+
+def check_step(state: object, config: object) -> None:
+    """[M-TYPE-1] step()'s state and config are of their types; run when the fast check
+    (exact classes) fails, so a subclass still passes. The event is checked by the table
+    lookup (:func:`_refused`)."""
+    if not isinstance(state, LoopState):
+        raise WrongType("step(): state", "a LoopState", state)
+    if not isinstance(config, LoopConfig):
+        raise WrongType("step(): config", "a LoopConfig", config)
+
+
+def _refused(state: LoopState, event: object) -> Exception:
+    """What step() raises for an event no handler of the phase takes: a value that is not an
+    event is the wrong type [M-TYPE-1]; an event the phase does not accept is illegal [M-2]."""
+    if type(event) not in EVENT_TYPES:
+        return WrongType("step(): event", _EVENT_NAMES, event)
+    return IllegalEvent(state.phase, event, _ALLOWED[state.phase])
+
+
 def step(
     state: LoopState, event: Event, config: LoopConfig
 ) -> tuple[LoopState, tuple[Effect, ...]]:
@@ -592,10 +632,13 @@ def step(
 
     Raises:
         IllegalEvent: the event cannot happen in ``state.phase`` (after a Terminal, none can).
+        WrongType: an argument is not of its type (an event, a state, a config) [M-TYPE-1].
     """
+    if state.__class__ is not LoopState or config.__class__ is not LoopConfig:
+        check_step(state, config)
     handler = TABLE[state.phase].get(type(event))
     if handler is None:
-        raise IllegalEvent(state.phase, event, _ALLOWED[state.phase])
+        raise _refused(state, event)
     fx = FX()
     new = handler(state, event, config, fx)
     return new, tuple(fx)
@@ -610,9 +653,11 @@ def advance(state: LoopState, event: Event, config: LoopConfig) -> Stepped:
     that ended the turn. It is what happened, as data: no consumer needs to compare
     ``state.transition`` objects to find out, and none is lost.
     """
+    if state.__class__ is not LoopState or config.__class__ is not LoopConfig:
+        check_step(state, config)
     handler = TABLE[state.phase].get(type(event))
     if handler is None:
-        raise IllegalEvent(state.phase, event, _ALLOWED[state.phase])
+        raise _refused(state, event)
     fx = FX()
     new = handler(state, event, config, fx)
     return new, tuple(fx), fx.passed
