@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import attrs
@@ -210,7 +210,11 @@ def _warn(text: str) -> None:
 
 
 def _print_children(
-    console: Any, rows: Sequence[_Row], links: SubagentLinks, folder: str, safe: Any
+    console: Any,
+    rows: Sequence[_Row],
+    links: SubagentLinks,
+    folder: str,
+    safe: Callable[[str], str],
 ) -> None:
     """Each Agent/Task call with a child trace, by round: the child's path from the parent's
     folder, its steps and its terminal (E-AGENT-6)."""

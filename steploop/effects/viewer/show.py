@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from steploop.effects.subagent import child_traces
+from steploop.effects.subagent import AGENT_TOOL_NAMES, child_traces
 from steploop.effects.viewer.data import trace_view
 from steploop.effects.viewer.page import ROUND_COLOURS, diagram, page
 
@@ -93,7 +93,8 @@ def write_pages(
         view["parent"] = up
         kids: dict[str, list[dict[str, Any]]] = {}
         todo: list[tuple[Path, str, str, dict[str, Any]]] = []
-        if depth < MAX_DEPTH:
+        calls = any(t in AGENT_TOOL_NAMES for r in view["rounds"] for t in r["tools"])
+        if calls and depth < MAX_DEPTH:  # a trace without Agent/Task calls is not read again
             links = child_traces(path)
             for w in links.warnings:
                 if warn is not None:
