@@ -175,6 +175,9 @@ def test_a_deep_link_opens_its_round_and_step(browser: Any, pages: dict[str, Pat
     assert _selected(browser) == 4
     cur = browser.find_element("css selector", ".step.cur")
     assert cur.get_attribute("id") == "step-16"
+    # the round's times read from the trace's first event: "+N s", never NaN
+    detail = _detail(browser)
+    assert "NaN" not in detail and re.search(r"from \+\d+\.\d{3} s", detail), detail
     browser.execute_script("location.hash = '#round=2'")
     browser.find_element("css selector", "body[data-selected-round='2']")
 
