@@ -112,7 +112,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(SAMPLE_PROJECT, work)
     (work / "examples").mkdir()
     shutil.copy2(ROOT / "examples" / "replies.json", work / "examples")
-    shutil.copytree(ROOT / "specs" / "scenarios", work / "traces", ignore=shutil.ignore_patterns("*.py", "*.expected"))
+    shutil.copytree(
+        ROOT / "specs" / "scenarios",
+        work / "traces",
+        ignore=shutil.ignore_patterns("*.py", "*.expected"),
+    )
     (home / PROJECT).mkdir(parents=True)
     for name in SESSIONS:
         shutil.copy2(ROOT / "tests" / "data" / "cc-transcripts" / name, home / PROJECT)
@@ -170,7 +174,9 @@ def _run(argv: list[str], expected: int, where: str) -> str:
 def _matches(expected: list[str], actual: str) -> bool:
     """``actual`` is ``expected``, a line ``...`` matching any lines and ``...`` any text."""
     pattern = "".join(
-        r"(?:.*\n)*?" if e.strip() == "..." else ".*?".join(map(re.escape, e.rstrip().split("..."))) + r"[ \t]*\n"
+        r"(?:.*\n)*?"
+        if e.strip() == "..."
+        else ".*?".join(map(re.escape, e.rstrip().split("..."))) + r"[ \t]*\n"
         for e in expected
     )
     lines = [a.rstrip() for a in actual.rstrip("\n").split("\n")]
@@ -200,7 +206,11 @@ def run_console(block: Block) -> None:
         while expected and not expected[-1].strip():
             expected.pop()
         if expected:
-            assert _matches(expected, out), f"{where}: the output differs\n--- shown\n" + "\n".join(expected) + f"\n--- printed\n{out}"
+            assert _matches(expected, out), (
+                f"{where}: the output differs\n--- shown\n"
+                + "\n".join(expected)
+                + f"\n--- printed\n{out}"
+            )
 
 
 def run_python(block: Block, namespace: dict[str, object]) -> None:
@@ -213,9 +223,13 @@ def run_test_cases(namespace: dict[str, object]) -> int:
 
     ran = 0
     for value in list(namespace.values()):
-        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == namespace["__name__"]:
+        if (
+            isinstance(value, type)
+            and issubclass(value, unittest.TestCase)
+            and hasattr(value, "runTest")
+        ):
             value.settings = settings(getattr(value, "settings", None), max_examples=10)  # type: ignore[attr-defined]
-            value("runTest").runTest()
+            value("runTest").runTest()  # type: ignore[attr-defined]
             ran += 1
     return ran
 
@@ -244,15 +258,21 @@ def check_block(block: Block, namespace: dict[str, object]) -> bool:
             json.loads(block.code)
         case "mermaid":
             diagram = (ROOT / "specs" / "machine.mmd").read_text(encoding="utf-8")
-            assert block.code == diagram, f"{block.where}: not the diagram of specs/machine.mmd (`steploop graph`)"
+            assert block.code == diagram, (
+                f"{block.where}: not the diagram of specs/machine.mmd (`steploop graph`)"
+            )
         case _:
-            pytest.fail(f"{block.where}: a ```{block.lang or '(no language)'} block that is not run; "
-                        "mark it <!-- not run: why --> or make it run")
+            pytest.fail(
+                f"{block.where}: a ```{block.lang or '(no language)'} block that is not run; "
+                "mark it <!-- not run: why --> or make it run"
+            )
     return True
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
-def test_page_blocks_run(page: Path, template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_blocks_run(
+    page: Path, template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every block of the page runs (in order, in a scratch directory) or carries its reason."""
     shutil.copytree(template, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path / "work")
@@ -260,9 +280,13 @@ def test_page_blocks_run(page: Path, template: Path, tmp_path: Path, monkeypatch
     for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
-    for block in blocks(page):
+    found = blocks(page)
+    for block in found:
         check_block(block, namespace)
-    run_test_cases(namespace)
+    defines_cases = any(
+        b.lang == "python" and ".TestCase" in b.code and b.marker is None for b in found
+    )
+    assert run_test_cases(namespace) >= defines_cases, f"{_name(page)}: its TestCase did not run"
 
 
 def test_every_page_is_collected() -> None:
@@ -280,7 +304,10 @@ def test_readme_is_short() -> None:
 def test_readme_links_resolve() -> None:
     """Every relative link of the README names a file of the repository (an anchor its heading)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    anchors = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    anchors = {
+        re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
+        for h in re.findall(r"^#+ (.*)$", text, re.M)
+    }
     for target in re.findall(r"\]\(([^)]+)\)", text):
         if target.startswith(("http://", "https://")):
             continue
