@@ -95,8 +95,8 @@ GUARD_TAG = re.compile(r"\[(G\d+|[CT]-[A-Z]+(?:-[A-Z]+)*-\d+|I-\d+|Q-\d+)\]")
 RULE_TAG = re.compile(r"\b((?:[A-Z]+-)+\d+|G\d+)\b")
 
 # The kill set: the tests that exercise the reducer directly (unit, property, explorer at the CI
-# bound), the golden scenario replays and the README's executed examples.
-KILL_SET: tuple[str, ...] = ("tests/reducer", "tests/test_scenarios.py", "tests/test_readme.py")
+# bound), the golden scenario replays and the executed examples of the README and docs/.
+KILL_SET: tuple[str, ...] = ("tests/reducer", "tests/test_scenarios.py", "tests/test_docs.py")
 
 # Statements that are never deleted: a deleted return falls through to None (a crash any test
 # sees), an assert checks an invariant the code already keeps, pass is nothing.
@@ -1100,7 +1100,7 @@ def _read_outcome(m: Mutant, out: Path, status: int, elapsed: float) -> Outcome:
 
 # --- fresh interpreters (functions that run while tests import) --------------------------------
 
-_COPIED = ("steploop", "tests", "specs", "benchmarks", "pyproject.toml", "README.md")
+_COPIED = ("steploop", "tests", "specs", "benchmarks", "pyproject.toml", "README.md", "docs", "examples")
 
 
 def _mutated_module(m: Mutant, fs: FunctionSource) -> str:
