@@ -54,7 +54,16 @@ from steploop.reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from steploop.reducer.protocol import Key, answers, closes, kind_of, opens, readdress, withdraws
+from steploop.reducer.protocol import (
+    Key,
+    RequestKind,
+    answers,
+    closes,
+    kind_of,
+    opens,
+    readdress,
+    withdraws,
+)
 from steploop.reducer.transitions import Terminal, Transition
 
 Policy: TypeAlias = Literal["stop", "scripted", "live"]
@@ -309,6 +318,19 @@ def _settle(walk: Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch
     return None  # pragma: no cover - the last one differs
 
 
+def _readdressed(event: Event, effect: Effect, kind: RequestKind) -> Event:
+    """:func:`readdress`, or the recorded event itself when it already carries the ids of the
+    request it answers (the new run opened it under the recorded ids): an equal event."""
+    if event.__class__ in kind.answered_by:  # fast path: same address
+        for name in kind.readdress:
+            mine, theirs = getattr(event, name), getattr(effect, name)
+            if mine.__class__ is not theirs.__class__ or mine != theirs:
+                break
+        else:
+            return event
+    return readdress(event, effect)
+
+
 def _size(path: str | os.PathLike[str]) -> int:
     try:
         return os.stat(path).st_size
@@ -484,8 +506,9 @@ class _RecordedWorld:
         if r is not None:
             self.used.add(r.key)
             self.matched[kind] += 1
+            kind_row = kind_of(key)
             for idx, ev in self.index.use(r):
-                self.push(idx, readdress(ev, effect), key, idx)
+                self.push(idx, _readdressed(ev, effect, kind_row), key, idx)
             return
         if isinstance(effect, RefreshTools):  # the world's list, never a divergence [R-REFRESH-1]
             self.answered(kind, key, [answer.tools_refreshed(effect)])
