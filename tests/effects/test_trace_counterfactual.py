@@ -149,3 +149,24 @@ def test_an_answer_already_addressed_is_taken_as_recorded() -> None:
     later = CallModel(call_id=7, model="m", conversation=call.conversation, max_tokens=100)
     got = counterfactual._readdressed(ended, later, kind_of(key))
     assert got == readdress(ended, later) and got.call_id == 7
+
+
+def test_requests_are_found_by_fingerprint_when_first_needed(session: Path) -> None:
+    """The index takes no fingerprint while requests match in order; a match out of order
+    finds every unused recorded request by its fingerprint, in recorded order, and never one
+    already used."""
+    fps = fingerprints.Fingerprints()
+    index = counterfactual._Index(session, fps)
+    used = index.ordinal("call_model", 2)
+    assert used is not None
+    index.use(used)
+    index.finish()
+    assert not index.by_fp and not index._fps  # nothing fingerprinted yet
+    used_fp = fps(index.used_effects[used.key])
+    assert list(index.with_fingerprint("call_model", used_fp)) == []
+    calls = index.by_kind["call_model"]
+    for r in (calls[0], calls[2], calls[-1]):
+        assert list(index.with_fingerprint("call_model", fps(index.effects[r.key]))) == [r]
+    assert sum(len(v) for v in index.by_fp.values()) == sum(
+        len(v) for v in index.by_kind.values()
+    ) - 1

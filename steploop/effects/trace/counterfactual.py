@@ -126,7 +126,8 @@ class _Index:
         self.by_kind: dict[str, list[_Recorded]] = {}
         # by fingerprint, filled when a match out of order needs it (:meth:`with_fingerprint`)
         self.by_fp: dict[tuple[str, bytes], deque[_Recorded]] = {}
-        self._unindexed: deque[_Recorded] = deque()  # read, not in by_fp yet, in order
+        # read, not used, not in by_fp yet, in recorded order (what is used is let go)
+        self._unindexed: dict[Key, _Recorded] = {}
         self._fps: dict[Key, bytes] = {}  # fingerprints taken, of requests not used yet
         self.answers: dict[Key, list[tuple[int, Event]]] = {}
         self.closed: set[Key] = set()  # recorded requests whose last answer was read
@@ -199,7 +200,7 @@ class _Index:
                 kind, len(lst) + 1, key, rec.i, e.max_tokens if isinstance(e, CallModel) else None
             )
             lst.append(r)
-            self._unindexed.append(r)
+            self._unindexed[key] = r
             self.effects[key] = e
 
     def _show(self) -> None:
@@ -243,10 +244,9 @@ class _Index:
         first, the used ones among them or not (the used ones' fingerprints are never taken:
         no match can take them again)."""
         todo, by_fp = self._unindexed, self.by_fp
-        while todo:
-            r = todo.popleft()
-            if r.key in self.effects:
-                by_fp.setdefault((r.kind, self.fingerprint(r)), deque()).append(r)
+        for r in todo.values():
+            by_fp.setdefault((r.kind, self.fingerprint(r)), deque()).append(r)
+        todo.clear()
         return by_fp.get((kind, fp), ())
 
     def use(self, r: _Recorded) -> list[tuple[int, Event]]:
@@ -256,6 +256,7 @@ class _Index:
         self.answers.pop(r.key, None)
         self.closed.discard(r.key)
         self._fps.pop(r.key, None)
+        self._unindexed.pop(r.key, None)
         e = self.effects.pop(r.key, None)
         if e is not None:
             used = self.used_effects
