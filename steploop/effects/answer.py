@@ -62,7 +62,6 @@ from steploop.effects.protocols import ModelClient
 from steploop.effects.tools.base import ToolOutput, tool_use_error
 from steploop.reducer import LoopState, Request
 from steploop.reducer._replace import evolve
-from steploop.reducer.typecheck import check_fields
 from steploop.reducer.effects import (
     AskPermission,
     CallModel,
@@ -95,6 +94,7 @@ from steploop.reducer.messages import (
     UserMessage,
 )
 from steploop.reducer.protocol import not_withdrawn
+from steploop.reducer.typecheck import check_fields
 
 __all__ = [
     "Asked",

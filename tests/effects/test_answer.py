@@ -253,7 +253,10 @@ def test_the_stamp_fast_path_gives_what_evolve_gives() -> None:
     from steploop.reducer.errors import WrongType
 
     for event in _one_of_each_event():
-        fast, slow = answer.stamped(event, 1_700_000_000_123), evolve(event, at_ms=1_700_000_000_123)
+        fast, slow = (
+            answer.stamped(event, 1_700_000_000_123),
+            evolve(event, at_ms=1_700_000_000_123),
+        )
         assert type(fast) is type(slow) and fast == slow and repr(fast) == repr(slow)
         assert event.at_ms == 0 and fast is not event
         for bad in (1.5, True, "1"):

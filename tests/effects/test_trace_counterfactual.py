@@ -77,9 +77,7 @@ def test_replays_report_progress(session: Path) -> None:
 def _calls(*messages: object) -> CallModel:
     from steploop.reducer.conversation import Conversation
 
-    return CallModel(
-        call_id=1, model="m", conversation=Conversation.of(messages), max_tokens=100
-    )
+    return CallModel(call_id=1, model="m", conversation=Conversation.of(messages), max_tokens=100)
 
 
 def test_same_requests_proves_only_what_the_fingerprints_say() -> None:
@@ -99,7 +97,11 @@ def test_same_requests_proves_only_what_the_fingerprints_say() -> None:
     pairs = [
         (base, [UserMessage(id="x0", content=(TextBlock(text="go"),)), asst("y1", use)], True),
         (base, [*base[:1], asst("a1", ToolUseBlock(id="t1", name="Read", input={"n": 1}))], None),
-        (base, [*base[:1], asst("a1", ToolUseBlock(id="t1", name="Read", input={"n": True}))], False),
+        (
+            base,
+            [*base[:1], asst("a1", ToolUseBlock(id="t1", name="Read", input={"n": True}))],
+            False,
+        ),
         (base, [*base[:1], asst("a1", TextBlock(text="go"))], False),
         (base, base[:1], False),
     ]
@@ -167,6 +169,6 @@ def test_requests_are_found_by_fingerprint_when_first_needed(session: Path) -> N
     calls = index.by_kind["call_model"]
     for r in (calls[0], calls[2], calls[-1]):
         assert list(index.with_fingerprint("call_model", fps(index.effects[r.key]))) == [r]
-    assert sum(len(v) for v in index.by_fp.values()) == sum(
-        len(v) for v in index.by_kind.values()
-    ) - 1
+    assert (
+        sum(len(v) for v in index.by_fp.values()) == sum(len(v) for v in index.by_kind.values()) - 1
+    )

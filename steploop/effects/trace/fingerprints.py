@@ -150,9 +150,7 @@ def _fields(cls: type) -> tuple[str, ...] | None:
     """The attrs fields of ``cls`` (None: not an attrs class)."""
     got = _FIELDS.get(cls, False)
     if got is False:
-        got = _FIELDS[cls] = (
-            tuple(f.name for f in attrs.fields(cls)) if attrs.has(cls) else None
-        )
+        got = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls)) if attrs.has(cls) else None
     return got  # type: ignore[return-value]
 
 
