@@ -15,8 +15,14 @@ Beside the times, the passes of the event loop per tool turn are counted for ste
 floor (a task that checkpoints once per pass runs beside one extra run of each): a count, not
 a time, so the load of a shared machine does not blur it.
 
+Each sample also reads the process time (``time.process_time``) at the first and the last
+model call: the CPU per turn, which other processes on a shared machine do not inflate as they
+do the wall time; the ratios to the floor are given in both. ``--shell`` adds a contender
+``steploop-shell``: steploop with ``step()`` canned (its results from an earlier run returned
+again), the interpreter's own cost beside the floor's.
+
 Run alone: ``python -m benchmarks.loop_overhead [--quick] [--no-peers] [--backend trio]
-[--sizes 50,200,1000] [--reps N] [--baseline REV] [--profile]``.
+[--sizes 50,200,1000] [--reps N] [--baseline REV] [--shell] [--profile]``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,14 @@ import anyio
 import anyio.lowlevel
 
 from benchmarks.common import profile_top, progress, ratio_summary, summarize
-from benchmarks.workload import Runner, Stamps, run_floor, run_steploop, run_steploop_stamped
+from benchmarks.workload import (
+    Runner,
+    Stamps,
+    run_floor,
+    run_steploop,
+    run_steploop_shell,
+    run_steploop_stamped,
+)
 
 __all__ = ["Contender", "contenders", "main", "measure", "sample"]
 
@@ -50,7 +63,7 @@ PEER_MODULES = ("langgraph_peer", "pydantic_ai_peer", "openai_agents_peer")
 GOAL_VS_PEER = 100.0  # steploop at least this many times faster than the fastest peer
 GOAL_VS_FLOOR = 1.5  # steploop at most this many times the floor (issue 24; 3.0 before)
 GOAL_FLAT = 1.2  # last tenth at most this many times the first
-OURS = ("steploop", "floor")
+OURS = ("steploop", "floor", "steploop-shell")
 
 
 @dataclass
@@ -85,9 +98,12 @@ def baseline(rev: str) -> Contender:
     )
 
 
-def contenders(peers: bool = True, baselines: Sequence[str] = ()) -> list[Contender]:
-    """steploop, the floor, steploop with earlier interpreters, and each peer that imports
-    (the others with the reason)."""
+def contenders(
+    peers: bool = True, baselines: Sequence[str] = (), shell: bool = False
+) -> list[Contender]:
+    """steploop, the floor, steploop with earlier interpreters, with ``shell`` steploop with
+    ``step()`` canned (the interpreter's own cost), and each peer that imports (the others
+    with the reason)."""
     from importlib.metadata import version
 
     out = [
@@ -95,6 +111,10 @@ def contenders(peers: bool = True, baselines: Sequence[str] = ()) -> list[Conten
         Contender("floor", f"anyio {version('anyio')}", run_floor),
         *(baseline(rev) for rev in baselines),
     ]
+    if shell:
+        out.append(
+            Contender("steploop-shell", "steploop, step() canned", run_steploop_shell)
+        )
     if not peers:
         return out
     for module_name in PEER_MODULES:
@@ -179,10 +199,12 @@ def measure(
     warmup_turns: int = 20,
     backend: str = "asyncio",
     baselines: Sequence[str] = (),
+    shell: bool = False,
 ) -> dict[str, Any]:
     """Run every contender at every size, ``reps`` interleaved repetitions; see the module doc.
-    The peers run on asyncio only; ``baselines`` are git revisions whose interpreter runs too."""
-    field = contenders(peers and backend == "asyncio", baselines)
+    The peers run on asyncio only; ``baselines`` are git revisions whose interpreter runs too;
+    ``shell`` adds steploop with ``step()`` canned."""
+    field = contenders(peers and backend == "asyncio", baselines, shell)
     runnable = [c for c in field if c.runner is not None]
     failed: dict[str, str] = {}
     for c in runnable:  # imports, first-call caches, lazy compilation
@@ -280,6 +302,9 @@ def _report(
         num, den = paired("steploop", "floor", n, "per_turn_cpu_us")
         if num:
             row["steploop_over_floor_cpu"] = ratio_summary(num, den)
+        num, den = paired("steploop-shell", "floor", n, "per_turn_cpu_us")
+        if num:
+            row["steploop-shell_over_floor_cpu"] = ratio_summary(num, den)
         for e in earlier:
             num, den = paired(e, "floor", n)
             if num:
@@ -383,6 +408,11 @@ def main() -> None:
         action="store_true",
         help="also a cProfile of one steploop run at the largest size",
     )
+    ap.add_argument(
+        "--shell",
+        action="store_true",
+        help="also steploop with step() canned (the interpreter's own cost beside the floor)",
+    )
     args = ap.parse_args()
     sizes: tuple[int, ...] = (50, 200) if args.quick else (50, 200, 1000)
     reps = 3 if args.quick else 5
@@ -391,7 +421,12 @@ def main() -> None:
     if args.reps:
         reps = args.reps
     result = measure(
-        sizes, reps, peers=not args.no_peers, backend=args.backend, baselines=args.baseline
+        sizes,
+        reps,
+        peers=not args.no_peers,
+        backend=args.backend,
+        baselines=args.baseline,
+        shell=args.shell,
     )
     if args.profile:
         result["profile"] = profile(max(sizes), backend=args.backend)

@@ -42,6 +42,7 @@ __all__ = [
     "Stamps",
     "run_floor",
     "run_steploop",
+    "run_steploop_shell",
     "run_steploop_stamped",
     "wall_ms",
 ]
@@ -164,6 +165,41 @@ async def run_steploop(
             pass
     assert r.result is not None and r.result.terminal.TAG == "completed", r.result
     assert len(stamps.calls) == n
+
+
+_CANNED: dict[int, list[Any]] = {}
+
+
+async def run_steploop_shell(n: int, stamps: Stamps) -> None:
+    """:func:`run_steploop` with ``step()`` canned: what ``step()`` returned for each event of
+    an earlier run of ``n`` turns (recorded once per ``n``, outside the timing) is returned
+    again in order, so the interpreter, the model client, the tools and the consumer do all
+    their work and ``step()`` costs a list lookup. The interpreter's own cost, apart from the
+    reducer's (whose results it cannot tell from real ones: the workload is deterministic)."""
+    import steploop.reducer.drive as drive
+
+    real = drive.advance
+    canned = _CANNED.get(n)
+    if canned is None:
+        got: list[Any] = []
+
+        def recording(state: Any, event: Any, config: Any) -> Any:
+            out = real(state, event, config)
+            got.append(out)
+            return out
+
+        drive.advance = recording
+        try:
+            await run_steploop(n, Stamps())
+        finally:
+            drive.advance = real
+        canned = _CANNED[n] = got
+    replayed = iter(canned)
+    drive.advance = lambda state, event, config: next(replayed)
+    try:
+        await run_steploop(n, stamps)
+    finally:
+        drive.advance = real
 
 
 async def run_steploop_stamped(n: int, stamps: Stamps) -> None:
