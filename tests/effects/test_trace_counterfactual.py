@@ -150,7 +150,8 @@ def test_an_answer_already_addressed_is_taken_as_recorded() -> None:
     assert counterfactual._readdressed(ended, call, kind_of(key)) is ended
     later = CallModel(call_id=7, model="m", conversation=call.conversation, max_tokens=100)
     got = counterfactual._readdressed(ended, later, kind_of(key))
-    assert got == readdress(ended, later) and got.call_id == 7
+    assert got == readdress(ended, later) and isinstance(got, ModelResponseEnded)
+    assert got.call_id == 7
 
 
 def test_requests_are_found_by_fingerprint_when_first_needed(session: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from typing import Any
 
 import attrs
 
@@ -167,7 +168,9 @@ def _same(a: object, b: object) -> bool:
     if cls in _EXACT:
         return a == b
     if cls is tuple or cls is list:
-        return len(a) == len(b) and all(map(_same, a, b))  # type: ignore[arg-type]
+        x: Any = a
+        y: Any = b
+        return len(x) == len(y) and all(map(_same, x, y))
     names = _fields(cls)
     return names is not None and all(_same(getattr(a, n), getattr(b, n)) for n in names)
 
@@ -191,19 +194,18 @@ class SameRequests:
         self._nodes: OrderedDict[int, tuple[Conversation, Conversation]] = OrderedDict()
 
     def request(self, a: Effect, b: Effect) -> bool:  # fast path: same request
-        cls = a.__class__
-        if cls is not b.__class__:
+        if a.__class__ is not b.__class__:
             return False
-        if cls is CallModel:
+        if isinstance(a, CallModel) and isinstance(b, CallModel):
             return (
-                a.model == b.model  # type: ignore[attr-defined]
-                and a.streaming is b.streaming  # type: ignore[attr-defined]
-                and a.model.__class__ is str  # type: ignore[attr-defined]
-                and b.model.__class__ is str  # type: ignore[attr-defined]
-                and self.conversation(a.conversation, b.conversation)  # type: ignore[attr-defined]
+                a.model.__class__ is str
+                and b.model.__class__ is str
+                and a.model == b.model
+                and a.streaming is b.streaming
+                and self.conversation(a.conversation, b.conversation)
             )
-        if cls is StartTool or cls is AskPermission:
-            return _same(a.name, b.name) and a.input is b.input  # type: ignore[attr-defined]
+        if isinstance(a, (StartTool, AskPermission)) and isinstance(b, (StartTool, AskPermission)):
+            return _same(a.name, b.name) and a.input is b.input
         return False
 
     def conversation(self, a: Conversation, b: Conversation) -> bool:
