@@ -194,6 +194,12 @@ class SameRequests:
         self._nodes: OrderedDict[int, tuple[Conversation, Conversation]] = OrderedDict()
 
     def request(self, a: Effect, b: Effect) -> bool:  # fast path: same request
+        try:
+            return self._request(a, b)
+        except RecursionError:  # nested deeper than the comparison goes: the fingerprints
+            return False
+
+    def _request(self, a: Effect, b: Effect) -> bool:
         if a.__class__ is not b.__class__:
             return False
         if isinstance(a, CallModel) and isinstance(b, CallModel):
