@@ -9,7 +9,10 @@ what a cancel withdraws, and falls back to the policy for the rest.
 
 Requests are matched by their fingerprint (:mod:`steploop.effects.trace.fingerprints`); when
 none matches a model call, the divergence names what changed the request: its messages, and
-which context layer made the difference (:mod:`steploop.effects.trace.layers`).
+which context layer made the difference (:mod:`steploop.effects.trace.layers`). A request that
+can be shown the recorded one of its kind and ordinal by comparing objects (the new run shares
+the recorded answers' blocks) is matched without fingerprinting either
+(:class:`~steploop.effects.trace.fingerprints.SameRequests`); the fingerprints decide the rest.
 """
 
 from __future__ import annotations
