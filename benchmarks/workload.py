@@ -201,6 +201,8 @@ async def run_steploop_shell(n: int, stamps: Stamps) -> None:
         await run_steploop(n, stamps)
     finally:
         setattr(drive, "advance", real)  # noqa: B010
+    if next(replayed, None) is not None:  # a driver loop that does not call drive.advance
+        raise RuntimeError("step() was not canned: the driver loop does not call drive.advance")
 
 
 async def run_steploop_stamped(n: int, stamps: Stamps) -> None:
