@@ -30,3 +30,14 @@ def test_the_item_measures_both_replays_at_every_size() -> None:
         "items": {"8_counterfactual": out},
     }
     assert "## 8. Counterfactual replay" in markdown(report)
+
+
+def test_a_baseline_revision_runs_beside_the_two() -> None:
+    """--baseline REV adds the counterfactual replay of REV's recorded world, interleaved, with
+    its ratios to the exact replay and to today's."""
+    out = counterfactual.measure((20,), reps=2, baseline_rev="HEAD")
+    size = out["sizes"][0]
+    assert size["baseline"]["rev"] == "HEAD"
+    assert size["baseline"]["counterfactual_us_per_event"]["n"] == 2
+    assert size["baseline"]["counterfactual_over_baseline"]["median"] > 0
+    assert size["wall"]["ratio"]["n"] == 2

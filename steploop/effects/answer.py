@@ -94,6 +94,7 @@ from steploop.reducer.messages import (
     UserMessage,
 )
 from steploop.reducer.protocol import not_withdrawn
+from steploop.reducer.typecheck import check_fields
 
 __all__ = [
     "Asked",
@@ -126,7 +127,45 @@ Asked: TypeAlias = CallModel | StartTool | Compact | RunStopHooks | SummarizeToo
 
 def stamped(event: E, at_ms: int) -> E:
     """``event`` with the world's time (the reducer's fast evolve)."""
+    if at_ms.__class__ is int:  # fast path: stamp
+        stamp = _STAMPS.get(event.__class__)
+        if stamp is None:
+            stamp = _STAMPS[event.__class__] = _stamper(event.__class__)
+        if stamp is not False:
+            return stamp(event, at_ms)  # type: ignore[no-any-return]
     return evolve(event, at_ms=at_ms)
+
+
+_STAMPS: dict[type, Any] = {}
+
+
+def _stamper(cls: type) -> Any:
+    """The copy of an event of ``cls`` with ``at_ms`` set, slot by slot (False: evolve it).
+
+    An event is checked when it is built (M-TYPE-1) and a world checks the data in it at
+    the boundary (:mod:`steploop.effects.boundary`) before stamping it, so the copy checks
+    only what changes, the stamp, as the checker would (``at_ms.__class__ is int``); building
+    it through ``__init__`` (evolve, the slower twin) checked every field again, nested
+    blocks included. Only for slotted attrs classes without converters, validators or an init
+    hook other than the check."""
+    if not attrs.has(cls) or "__slots__" not in cls.__dict__:
+        return False
+    fields = attrs.fields(cls)
+    if (
+        "at_ms" not in {f.name for f in fields}
+        or any(not f.init or f.converter is not None or f.validator is not None for f in fields)
+        or getattr(cls, "__attrs_pre_init__", None) is not None
+        or getattr(cls, "__attrs_post_init__", check_fields) is not check_fields
+    ):
+        return False
+    lines = ["def stamp(e, at_ms):", "    n = _new(cls)"]
+    for f in fields:
+        value = "at_ms" if f.name == "at_ms" else f"e.{f.name}"
+        lines.append(f"    _set(n, {f.name!r}, {value})")
+    lines.append("    return n")
+    ns: dict[str, Any] = {"cls": cls, "_new": object.__new__, "_set": object.__setattr__}
+    exec(compile("\n".join(lines) + "\n", f"<stamp {cls.__qualname__}>", "exec"), ns)
+    return ns["stamp"]
 
 
 def request(req: Request) -> Request:

@@ -91,6 +91,7 @@ from steploop.reducer.events import (
     Event,
     Interrupted,
     ModelBlockReceived,
+    ModelResponseEnded,
     PermissionDecision,
     WaitElapsed,
 )
@@ -358,8 +359,10 @@ class Run:
         fx: tuple[Effect, ...],
         passed: tuple[Transition, ...],
     ) -> None:
-        # the usage, by the state the event was stepped in (steploop/effects/answer.py)
-        self._usage = answer.counted(self._usage, event, self._state)
+        # the usage, by the state the event was stepped in (steploop/effects/answer.py); only
+        # a response's end can count
+        if isinstance(event, ModelResponseEnded):
+            self._usage = answer.counted(self._usage, event, self._state)
         self._state = self.state = state
         if self._transcript is not None:  # usage, compaction and hook data for its records
             self._transcript.observe(event, state, fx)
@@ -400,6 +403,17 @@ class Run:
                 key = opens(effect)
                 assert key is not None
                 self._start(key, self._handlers[effect.__class__], effect)
+            case AskPermission():
+                settled = self._permissions.answer(effect, self._now())
+                if settled is not None:  # settled by the policy: answered at once, no task
+                    return (settled,)
+                request = PermissionRequest(effect, self._permission_answered)
+                key = opens(effect)
+                assert key is not None
+                self._asking[key] = request
+                if not self._out.offer(request):
+                    self._out.hold(request, self._loop.release)
+                    self._loop.hold()
             case RefreshTools() if self.extensions.servers is None:  # no I/O: read at once
                 names, digest = self._tools.names, self._tools.digest()
                 return (answer.tools_refreshed(effect, names, digest, self._now()),)
@@ -415,17 +429,6 @@ class Run:
             ):
                 for key in withdraws(effect):
                     self._cancel(key)
-            case AskPermission():
-                settled = self._permissions.answer(effect, self._now())
-                if settled is not None:  # settled by the policy: answered at once, no task
-                    return (settled,)
-                request = PermissionRequest(effect, self._permission_answered)
-                key = opens(effect)
-                assert key is not None
-                self._asking[key] = request
-                if not self._out.offer(request):
-                    self._out.hold(request, self._loop.release)
-                    self._loop.hold()
             case PersistToolResult(tool_use_id=tid, content=content):
                 self.persisted[tid] = content
             case AcknowledgeCommands(command_ids=ids):
@@ -579,9 +582,10 @@ class Run:
                 scope.deadline = anyio.current_time() + timeout
                 out = await Rest(call, first)
         finally:
-            key = opens(effect)
-            if out is None and scope.cancel_called and key and self._scopes.get(key) is scope:
-                out = timed_out(effect.name, timeout)  # the deadline passed
+            if out is None and scope.cancel_called:
+                key = opens(effect)
+                if key and self._scopes.get(key) is scope:
+                    out = timed_out(effect.name, timeout)  # the deadline passed
             if out is not None:  # checked, with the hook that stopped it [E-HOOK-1]
                 self._feed(answer.tool(effect, out, self._now()))
 

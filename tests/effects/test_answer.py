@@ -221,3 +221,49 @@ def test_no_world_builds_a_handlers_answer_itself(module: str) -> None:
         }
     )
     assert built == []
+
+
+def _one_of_each_event() -> list[Any]:
+    from steploop.reducer import events as ev
+
+    return [
+        ModelBlockReceived(
+            call_id=1,
+            block=ToolUseBlock(id="t", name="Read", input={"file_path": "a.py", "n": [1]}),
+            tool=ev.ToolTraits(concurrency_safe=True, max_result_chars=None),
+        ),
+        ModelResponseEnded(call_id=1, model="m", stop_reason="end_turn", usage=Usage()),
+        ModelCallFailed(call_id=2, kind="unknown", message="x"),
+        ToolFinished(generation=1, tool_use_id="t", content="ok", is_error=True),
+        ev.PermissionAnswered(generation=1, tool_use_id="t", decision="allow"),
+        ev.WaitElapsed(wait_id=3),
+        ev.Interrupted(kind="hard"),
+        StopHooksFinished(hooks_id=1),
+        CompactionFailed(compact_id=1, reason="r"),
+        ev.CommandQueued(command_id="c", text="t"),
+        ev.ToolsRefreshed(call_id=1, tools=("Read",), digest="d"),
+    ]
+
+
+@pytest.mark.spec("W-ANSWER-1")
+def test_the_stamp_fast_path_gives_what_evolve_gives() -> None:
+    """stamped() (a slot copy) equals the evolve twin for every event kind, and a stamp that
+    is not an int fares as it does through evolve (a checked event refuses it)."""
+    from steploop.reducer._replace import evolve
+    from steploop.reducer.errors import WrongType
+
+    for event in _one_of_each_event():
+        fast, slow = (
+            answer.stamped(event, 1_700_000_000_123),
+            evolve(event, at_ms=1_700_000_000_123),
+        )
+        assert type(fast) is type(slow) and fast == slow and repr(fast) == repr(slow)
+        assert event.at_ms == 0 and fast is not event
+        for bad in (1.5, True, "1"):
+            try:
+                slow = evolve(event, at_ms=bad)
+            except WrongType:
+                with pytest.raises(WrongType):
+                    answer.stamped(event, bad)  # type: ignore[arg-type]
+            else:
+                assert answer.stamped(event, bad) == slow  # type: ignore[arg-type]

@@ -72,3 +72,104 @@ def test_replays_report_progress(session: Path) -> None:
     assert report.ok and len(seen) >= 7
     assert {p.phase for p in seen} == {"reading", "running"}
     assert max(p.done for p in seen) == size
+
+
+def _calls(*messages: object) -> CallModel:
+    from steploop.reducer.conversation import Conversation
+
+    return CallModel(call_id=1, model="m", conversation=Conversation.of(messages), max_tokens=100)
+
+
+def test_same_requests_proves_only_what_the_fingerprints_say() -> None:
+    """The object comparison (fast path: same request) says "same" only for requests whose
+    fingerprints are equal; where the canonical texts differ (1 against True, a list against a
+    tuple in a tool input) it never does, and the fingerprints decide."""
+    from steploop.reducer.effects import StartTool
+    from steploop.reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, UserMessage
+
+    fps = fingerprints.Fingerprints()
+    use = ToolUseBlock(id="t1", name="Read", input={"n": 1})
+
+    def asst(mid: str, *blocks: object) -> AssistantMessage:
+        return AssistantMessage(id=mid, response_id=f"r{mid}", model="m", content=blocks)  # type: ignore[arg-type]
+
+    base = [UserMessage(id="u0", content=(TextBlock(text="go"),)), asst("a1", use)]
+    pairs = [
+        (base, [UserMessage(id="x0", content=(TextBlock(text="go"),)), asst("y1", use)], True),
+        (base, [*base[:1], asst("a1", ToolUseBlock(id="t1", name="Read", input={"n": 1}))], None),
+        (
+            base,
+            [*base[:1], asst("a1", ToolUseBlock(id="t1", name="Read", input={"n": True}))],
+            False,
+        ),
+        (base, [*base[:1], asst("a1", TextBlock(text="go"))], False),
+        (base, base[:1], False),
+    ]
+    for a, b, proven in pairs:
+        ea, eb = _calls(*a), _calls(*b)
+        equal = fps(ea) == fps(eb)
+        said = fingerprints.SameRequests().request(ea, eb)
+        assert not said or equal  # a proof is never wrong
+        if proven is not None:
+            assert said is proven and (equal if proven else True)
+    one = StartTool(generation=1, tool_use_id="t1", name="Read", input=use.input)
+    assert fingerprints.SameRequests().request(one, one)
+    other = StartTool(generation=1, tool_use_id="t1", name="Read", input={"n": True})
+    assert not fingerprints.SameRequests().request(one, other) and fps(one) != fps(other)
+
+
+def test_a_replay_that_follows_the_recording_encodes_no_message(
+    session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new run's requests are shown the recording's by comparing objects: no message is
+    encoded for a fingerprint (at most once per message class, for its field layout)."""
+    encoded = [0]
+    real = fingerprints.message_content
+
+    def counting(m: object) -> bytes:
+        encoded[0] += 1
+        return real(m)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fingerprints, "message_content", counting)
+    report = replay_counterfactual(session, CHANGE)
+    assert report.status == "finished" and report.out_of_order == 0
+    assert encoded[0] <= 3
+
+
+def test_an_answer_already_addressed_is_taken_as_recorded() -> None:
+    """A recorded answer whose ids are the new request's is used as it is (fast path: same
+    address); another is readdressed, as readdress() does."""
+    from steploop.reducer.events import ModelResponseEnded
+    from steploop.reducer.messages import Usage
+    from steploop.reducer.protocol import kind_of, opens, readdress
+
+    ended = ModelResponseEnded(call_id=1, model="m", stop_reason="end_turn", usage=Usage())
+    call = _calls()
+    key = opens(call)
+    assert key is not None
+    assert counterfactual._readdressed(ended, call, kind_of(key)) is ended
+    later = CallModel(call_id=7, model="m", conversation=call.conversation, max_tokens=100)
+    got = counterfactual._readdressed(ended, later, kind_of(key))
+    assert got == readdress(ended, later) and isinstance(got, ModelResponseEnded)
+    assert got.call_id == 7
+
+
+def test_requests_are_found_by_fingerprint_when_first_needed(session: Path) -> None:
+    """The index takes no fingerprint while requests match in order; a match out of order
+    finds every unused recorded request by its fingerprint, in recorded order, and never one
+    already used."""
+    fps = fingerprints.Fingerprints()
+    index = counterfactual._Index(session, fps)
+    used = index.ordinal("call_model", 2)
+    assert used is not None
+    index.use(used)
+    index.finish()
+    assert not index.by_fp and not index._fps  # nothing fingerprinted yet
+    used_fp = fps(index.used_effects[used.key])
+    assert list(index.with_fingerprint("call_model", used_fp)) == []
+    calls = index.by_kind["call_model"]
+    for r in (calls[0], calls[2], calls[-1]):
+        assert list(index.with_fingerprint("call_model", fps(index.effects[r.key]))) == [r]
+    assert (
+        sum(len(v) for v in index.by_fp.values()) == sum(len(v) for v in index.by_kind.values()) - 1
+    )

@@ -9,7 +9,10 @@ what a cancel withdraws, and falls back to the policy for the rest.
 
 Requests are matched by their fingerprint (:mod:`steploop.effects.trace.fingerprints`); when
 none matches a model call, the divergence names what changed the request: its messages, and
-which context layer made the difference (:mod:`steploop.effects.trace.layers`).
+which context layer made the difference (:mod:`steploop.effects.trace.layers`). A request that
+can be shown the recorded one of its kind and ordinal by comparing objects (the new run shares
+the recorded answers' blocks) is matched without fingerprinting either
+(:class:`~steploop.effects.trace.fingerprints.SameRequests`); the fingerprints decide the rest.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, Literal, TypeAlias
 from steploop.effects import answer
 from steploop.effects.boundary import ToolUseIds
 from steploop.effects.trace.counterfactual_report import CounterfactualReport, Divergence
-from steploop.effects.trace.fingerprints import Fingerprints, describe_request
+from steploop.effects.trace.fingerprints import Fingerprints, SameRequests, describe_request
 from steploop.effects.trace.format import EndRecord, ReplayError, StepRecord, describe_effect
 from steploop.effects.trace.layers import compare_requests
 from steploop.effects.trace.provenance import make_provenance
@@ -54,7 +57,16 @@ from steploop.reducer.events import (
     ToolTraits,
     WaitElapsed,
 )
-from steploop.reducer.protocol import Key, answers, closes, kind_of, opens, readdress, withdraws
+from steploop.reducer.protocol import (
+    Key,
+    RequestKind,
+    answers,
+    closes,
+    kind_of,
+    opens,
+    readdress,
+    withdraws,
+)
 from steploop.reducer.transitions import Terminal, Transition
 
 Policy: TypeAlias = Literal["stop", "scripted", "live"]
@@ -71,12 +83,12 @@ __all__ = [
 
 
 class _Recorded(typing.NamedTuple):
-    """A request of the recording (all atomic values: the collector never walks it)."""
+    """A request of the recording (all atomic values: the collector never walks it). Its
+    fingerprint is taken when a match needs it (:meth:`_Index.fingerprint`)."""
 
     kind: str
     ordinal: int
     key: Key
-    fingerprint: bytes
     step: int
     max_tokens: int | None
 
@@ -115,7 +127,11 @@ class _Index:
         self._total = _size(path) if progress is not None else 0
         self._pending: list[tuple[StepRecord, LoopState]] = []  # digests not checked yet
         self.by_kind: dict[str, list[_Recorded]] = {}
+        # by fingerprint, filled when a match out of order needs it (:meth:`with_fingerprint`)
         self.by_fp: dict[tuple[str, bytes], deque[_Recorded]] = {}
+        # read, not used, not in by_fp yet, in recorded order (what is used is let go)
+        self._unindexed: dict[Key, _Recorded] = {}
+        self._fps: dict[Key, bytes] = {}  # fingerprints taken, of requests not used yet
         self.answers: dict[Key, list[tuple[int, Event]]] = {}
         self.closed: set[Key] = set()  # recorded requests whose last answer was read
         self.effects: dict[Key, Effect] = {}  # recorded requests not used yet
@@ -184,15 +200,10 @@ class _Index:
             kind = key[0]
             lst = self.by_kind.setdefault(kind, [])
             r = _Recorded(
-                kind,
-                len(lst) + 1,
-                key,
-                self._fingerprints(e),
-                rec.i,
-                e.max_tokens if isinstance(e, CallModel) else None,
+                kind, len(lst) + 1, key, rec.i, e.max_tokens if isinstance(e, CallModel) else None
             )
             lst.append(r)
-            self.by_fp.setdefault((kind, r.fingerprint), deque()).append(r)
+            self._unindexed[key] = r
             self.effects[key] = e
 
     def _show(self) -> None:
@@ -224,12 +235,31 @@ class _Index:
             pass
         return self.world.pop(idx, ())
 
+    def fingerprint(self, r: _Recorded) -> bytes:
+        """The fingerprint of recorded request ``r``, not used yet."""
+        fp = self._fps.get(r.key)
+        if fp is None:
+            fp = self._fps[r.key] = self._fingerprints(self.effects[r.key])
+        return fp
+
+    def with_fingerprint(self, kind: str, fp: bytes) -> Sequence[_Recorded]:
+        """The recorded requests read so far of ``kind`` with fingerprint ``fp``, earliest
+        first, the used ones among them or not (the used ones' fingerprints are never taken:
+        no match can take them again)."""
+        todo, by_fp = self._unindexed, self.by_fp
+        for r in todo.values():
+            by_fp.setdefault((r.kind, self.fingerprint(r)), deque()).append(r)
+        todo.clear()
+        return by_fp.get((kind, fp), ())
+
     def use(self, r: _Recorded) -> list[tuple[int, Event]]:
         """Take a recorded request's answers; its memory is let go (the effect is kept among
         the most recently used, for a divergence report)."""
         got = self.answered(r.key)
         self.answers.pop(r.key, None)
         self.closed.discard(r.key)
+        self._fps.pop(r.key, None)
+        self._unindexed.pop(r.key, None)
         e = self.effects.pop(r.key, None)
         if e is not None:
             used = self.used_effects
@@ -290,6 +320,19 @@ def _settle(walk: Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch
         if found is not None:
             return found
     return None  # pragma: no cover - the last one differs
+
+
+def _readdressed(event: Event, effect: Effect, kind: RequestKind) -> Event:
+    """:func:`readdress`, or the recorded event itself when it already carries the ids of the
+    request it answers (the new run opened it under the recorded ids): an equal event."""
+    if event.__class__ in kind.answered_by:  # fast path: same address
+        for name in kind.readdress:
+            mine, theirs = getattr(event, name), getattr(effect, name)
+            if mine.__class__ is not theirs.__class__ or mine != theirs:
+                break
+        else:
+            return event
+    return readdress(event, effect)
 
 
 def _size(path: str | os.PathLike[str]) -> int:
@@ -353,6 +396,7 @@ class _RecordedWorld:
     ) -> None:
         self.index = index
         self.fingerprints = fingerprints
+        self.same = SameRequests()
         self.policy = policy
         self.policy_model = policy_model
         self.max_steps = max_steps
@@ -423,18 +467,25 @@ class _RecordedWorld:
         )
 
     def match(self, e: Effect, kind: str, ordinal: int) -> _Recorded | None:
-        fp = self.fingerprints(e)
         index = self.index
         r = index.ordinal(kind, ordinal)
-        if r is not None and r.key not in self.used and r.fingerprint == fp:
-            if index.compatible(e, r):
+        fp: bytes | None = None
+        if r is not None and r.key not in self.used:
+            if self.same.request(e, index.effects[r.key]):  # fast path: same request
+                same = True
+            else:
+                fp = self.fingerprints(e)
+                same = index.fingerprint(r) == fp
+            if same and index.compatible(e, r):
                 return r
+        if fp is None:
+            fp = self.fingerprints(e)
         for whole in (False, True):  # what was read (the earliest), then the whole recording
             if whole:
                 if index.eof:
                     break
                 index.finish()
-            for r in index.by_fp.get((kind, fp), ()):
+            for r in index.with_fingerprint(kind, fp):
                 if r.key not in self.used and index.compatible(e, r):
                     self.out_of_order += 1
                     return r
@@ -459,8 +510,9 @@ class _RecordedWorld:
         if r is not None:
             self.used.add(r.key)
             self.matched[kind] += 1
+            kind_row = kind_of(key)
             for idx, ev in self.index.use(r):
-                self.push(idx, readdress(ev, effect), key, idx)
+                self.push(idx, _readdressed(ev, effect, kind_row), key, idx)
             return
         if isinstance(effect, RefreshTools):  # the world's list, never a divergence [R-REFRESH-1]
             self.answered(kind, key, [answer.tools_refreshed(effect)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from typing import Any
 
 import attrs
 
@@ -30,7 +31,7 @@ from steploop.reducer.effects import (
 )
 from steploop.reducer.messages import Message
 
-__all__ = ["Fingerprints", "describe_request", "fingerprint", "message_content"]
+__all__ = ["Fingerprints", "SameRequests", "describe_request", "fingerprint", "message_content"]
 
 _EMPTY_FP = b"\x00" * 16
 
@@ -140,6 +141,119 @@ class Fingerprints:
             case _:
                 raise ValueError(f"{type(effect).__name__} makes no request")
         return h.digest()
+
+
+_EXACT = (str, int, bool, type(None))  # equal values of one of these classes: equal texts
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...] | None:
+    """The attrs fields of ``cls`` (None: not an attrs class)."""
+    got = _FIELDS.get(cls, False)
+    if got is False:
+        got = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls)) if attrs.has(cls) else None
+    return got  # type: ignore[return-value]
+
+
+def _same(a: object, b: object) -> bool:
+    """True only if ``a`` and ``b`` have the same canonical text: the same object, or of one
+    class and equal field by field (str, int, bool and None compared by value, tuples and
+    lists item by item, attrs instances field by field). False says nothing: a dict that is
+    not the same object, a float, anything else (the fingerprint then decides)."""
+    if a is b:
+        return True
+    cls = a.__class__
+    if cls is not b.__class__:
+        return False
+    if cls in _EXACT:
+        return a == b
+    if cls is tuple or cls is list:
+        x: Any = a
+        y: Any = b
+        return len(x) == len(y) and all(map(_same, x, y))
+    names = _fields(cls)
+    return names is not None and all(_same(getattr(a, n), getattr(b, n)) for n in names)
+
+
+class SameRequests:
+    """Whether two requests are the same without fingerprinting them: a proof or nothing.
+
+    Two requests with the same fingerprint (:class:`Fingerprints`) have the same content,
+    each message's fields but its ids. The new run of a counterfactual replay builds its
+    messages from the recorded answers, whose blocks it shares, so most of its requests can be
+    shown to have the recording's content by comparing objects, without encoding or hashing
+    anything: :meth:`request` is True only then (the fingerprints are then equal), False when
+    it cannot tell. Conversations are compared from their last message back to a pair of nodes
+    shown the same before (remembered, bounded as the fingerprints' memo), so each call costs
+    the messages added since the last.
+    """
+
+    NODES = 512
+
+    def __init__(self) -> None:
+        self._nodes: OrderedDict[int, tuple[Conversation, Conversation]] = OrderedDict()
+
+    def request(self, a: Effect, b: Effect) -> bool:  # fast path: same request
+        try:
+            return self._request(a, b)
+        except RecursionError:  # nested deeper than the comparison goes: the fingerprints
+            return False
+
+    def _request(self, a: Effect, b: Effect) -> bool:
+        if a.__class__ is not b.__class__:
+            return False
+        if isinstance(a, CallModel) and isinstance(b, CallModel):
+            return (
+                a.model.__class__ is str
+                and b.model.__class__ is str
+                and a.model == b.model
+                and a.streaming is b.streaming
+                and self.conversation(a.conversation, b.conversation)
+            )
+        if isinstance(a, (StartTool, AskPermission)) and isinstance(b, (StartTool, AskPermission)):
+            return _same(a.name, b.name) and a.input is b.input
+        return False
+
+    def conversation(self, a: Conversation, b: Conversation) -> bool:
+        """True only if the fingerprints of ``a`` and ``b`` are equal: the same messages (by
+        :func:`_same_message`) along both chains, back to the same node, a pair shown the same
+        before, or the start of both."""
+        nodes = self._nodes
+        top_a, top_b = a, b
+        x: Conversation | None = a
+        y: Conversation | None = b
+        while x is not y:
+            if x is None or y is None:
+                return False  # one chain ends before the other
+            got = nodes.get(id(x))
+            if got is not None and got[0] is x and got[1] is y:
+                break
+            if x.length != y.length:
+                return False
+            last, other = x.last, y.last
+            if last is None or other is None:
+                if x.length == 0 and last is None and other is None:
+                    break  # both empty
+                return False  # a hollow node (read from a trace): nothing to compare
+            if last is not other and not _same_message(last, other):
+                return False
+            x, y = x.prev, y.prev
+        if top_a is not x:
+            if len(nodes) >= self.NODES:
+                nodes.popitem(last=False)
+            nodes[id(top_a)] = (top_a, top_b)
+        return True
+
+
+def _same_message(a: Message, b: Message) -> bool:
+    cls = a.__class__
+    if cls is not b.__class__:
+        return False
+    layout = _CONTENT.get(cls)
+    if layout is None:
+        message_content(a)  # fills the layout
+        layout = _CONTENT[cls]
+    return all(_same(getattr(a, n), getattr(b, n)) for n in layout[1])
 
 
 def fingerprint(effect: Effect) -> bytes:
