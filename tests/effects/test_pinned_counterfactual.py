@@ -16,8 +16,9 @@ import pytest
 
 import steploop.effects.trace.counterfactual as counterfactual
 import steploop.effects.trace_cli as trace_cli
-from steploop.effects.scripted import ScriptedModel, reply
+from steploop.effects.scripted import ScriptedModel, reply, tool_call
 from steploop.effects.trace import (
+    ReplayError,
     TraceReader,
     record_driver,
     record_sequence,
@@ -301,3 +302,69 @@ def test_the_recorded_worlds_clock_never_runs_backwards(tmp_path: Path) -> None:
     world.answered("wait", ("wait", 9), [WaitElapsed(wait_id=9)])  # the policy's, at 7.5
     assert _drain(world, state) == [5, 9]
     assert world.clock == 7.5
+
+
+# --- the wording users read ----------------------------------------------------------------------
+
+
+def test_the_policy_errors_are_worded_exactly(tmp_path: Path) -> None:
+    """A policy without its script or model, or an unknown one, is one ReplayError whose text
+    says what is missing and how to give it."""
+    path = _one_call(
+        tmp_path / "t.jsonl", [_text(1, "hi"), _ended(1), StopHooksFinished(hooks_id=1)]
+    )
+    cases = [
+        ("scripted", "policy 'scripted' needs a script (a list of responses)"),
+        (
+            "live",
+            "policy 'live' needs a model client (steploop replay makes one from ANTHROPIC_API_KEY)",
+        ),
+        ("later", "unknown policy 'later'; expected one of stop, scripted, live"),
+    ]
+    for policy, text in cases:
+        with pytest.raises(ReplayError) as err:
+            replay_counterfactual(path, {}, policy)  # type: ignore[arg-type]
+        assert str(err.value) == text
+
+
+def test_a_run_past_max_steps_is_stopped_with_its_count(tmp_path: Path) -> None:
+    """max_steps bounds the new run: past it, one ReplayError naming the bound."""
+    path = _one_call(
+        tmp_path / "t.jsonl", [_text(1, "hi"), _ended(1), StopHooksFinished(hooks_id=1)]
+    )
+    with pytest.raises(ReplayError) as err:
+        replay_counterfactual(path, {}, max_steps=2)
+    assert str(err.value) == "the counterfactual run passed 2 steps; stopped"
+
+
+def test_a_divergence_the_policy_cannot_answer_says_what_it_answers(tmp_path: Path) -> None:
+    """Under "scripted", a tool the script's answer asks for has no recorded permission: the
+    divergence says the policy answers model calls, compactions, waits and summaries only."""
+    path = _one_call(
+        tmp_path / "t.jsonl", [_text(1, "hi"), _ended(1), StopHooksFinished(hooks_id=1)]
+    )
+    script = [tool_call("Read", {"file_path": "a.py"})]
+    report = replay_counterfactual(path, {"model": "claude-opus-4-1"}, "scripted", script)
+    d = report.divergence
+    assert report.status == "diverged" and d is not None, report.describe()
+    assert d.kind == "ask_permission" and d.recorded is None
+    assert d.reason == (
+        "no recorded effect matches it, and policy 'scripted' answers model calls, "
+        "compactions, waits and summaries only"
+    )
+
+
+def test_a_script_run_dry_is_a_divergence_naming_the_policys_model(tmp_path: Path) -> None:
+    """A script with no entry left for the call the recording lacks: the replay diverges at
+    that call, the reason naming the policy's model and its error."""
+    path = _one_call(
+        tmp_path / "t.jsonl", [_text(1, "hi"), _ended(1), StopHooksFinished(hooks_id=1)]
+    )
+    report = replay_counterfactual(
+        path, {"model": "claude-opus-4-1"}, "scripted", ScriptedModel([], _traits)
+    )
+    d = report.divergence
+    assert report.status == "diverged" and d is not None, report.describe()
+    assert (d.kind, d.ordinal) == ("call_model", 1)
+    head = "the scripted model failed: "
+    assert d.reason.startswith(head) and len(d.reason) > len(head)

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from steploop.reducer import Request, default
-from steploop.reducer.drive import Outcome, drive, drive_async
+from steploop.reducer.drive import Outcome, check_world, drive, drive_async
 from steploop.reducer.effects import CallModel, Effect, RunStopHooks
 from steploop.reducer.events import (
     CommandQueued,
@@ -117,3 +117,31 @@ def test_drive_stops_the_same_ways() -> None:
     quiet.perform = lambda effect, state: None  # type: ignore[method-assign]
     out = drive(quiet, Request(prompt="go"), default())
     assert (out.status, quiet.asked, out.events) == ("stalled", 1, 0)
+
+
+@pytest.mark.spec("W-PROTO-5")
+def test_the_conformance_checks_problems_are_worded_exactly() -> None:
+    """Each problem check_world finds is one line as the user reads it: where (the step),
+    the event, the request and what is wrong; an event the machine refuses, with its reason."""
+    from tests.reducer.test_drive import Deaf, Eager, Silent, Twice
+
+    want = {
+        Silent: ("after step 2: ask_permission(1, 't1') is awaited and was never answered",),
+        Twice: (
+            "step 5: ToolFinished answers start_tool(1, 't1') again (it was already answered)",
+        ),
+        Deaf: (
+            "step 7: ToolFinished answers start_tool(1, 't2'), which was withdrawn (a cancel not "
+            "honoured)",
+        ),
+        Eager: (
+            "step 4: WaitElapsed answers wait(9), which was never asked for",
+            "step 4: the machine refuses the event: WaitElapsed is illegal in phase "
+            "'running_tools'; it accepts CommandQueued, Interrupted, ModelBlockReceived, "
+            "ModelCallFailed, ModelResponseEnded, PermissionAnswered, ToolFinished, "
+            "ToolUseSummaryReady",
+        ),
+    }
+    for world, problems in want.items():
+        report = check_world(world(), Request(prompt="What time is it?"), default())
+        assert report.problems == problems, world.__name__
