@@ -41,6 +41,7 @@ ITEMS = {
     "8": "counterfactual",
     "9": "corpus",
     "10": "viewer",
+    "11": "temporal_payloads",
 }
 
 
@@ -107,6 +108,12 @@ def item_viewer(quick: bool) -> dict[str, Any]:
     return viewer_speed.measure(1_000, reps=3 if quick else 7, big=None if quick else 10_000)
 
 
+def item_temporal_payloads(quick: bool) -> dict[str, Any]:
+    from benchmarks import temporal_payloads
+
+    return temporal_payloads.measure((20, 60) if quick else (40, 160))
+
+
 RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "loop_overhead": item_loop_overhead,
     "round_cost": item_round_cost,
@@ -118,6 +125,7 @@ RUNNERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "counterfactual": item_counterfactual,
     "corpus": item_corpus,
     "viewer": item_viewer,
+    "temporal_payloads": item_temporal_payloads,
 }
 
 

@@ -450,6 +450,10 @@ def markdown(report: dict[str, Any]) -> str:
             lines += _corpus(item)
         elif number == "10":
             lines += _viewer(item)
+        elif number == "11":
+            from benchmarks.temporal_payloads import markdown as payloads
+
+            lines += payloads(item)
     if profiles:
         lines += ["## Where the time goes (missed goals)", "", *profiles]
     return "\n".join(lines).rstrip() + "\n"

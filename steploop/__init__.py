@@ -9,7 +9,7 @@ The pure machine (no I/O, no clock, no randomness, no asyncio):
 - :func:`drive`, :func:`drive_async`: the one driver loop, run against any *world* (an object
   that answers effects); :func:`check_world` says whether a world of yours keeps the protocol;
 - the profiles: :func:`default`, :func:`claude_code_2_1_88`, :func:`full`, :func:`profile`
-  (by name); the config and
+  (by name), :func:`claude_code` (the profile of a given Claude Code version); the config and
   state types :class:`LoopConfig`, :class:`Request`, :class:`Session`, :class:`LoopState`.
 
 The shell (anyio, the ``anthropic`` SDK, files):
@@ -43,6 +43,7 @@ from steploop.reducer.drive import Outcome, check_world, check_world_async, driv
 from steploop.reducer.errors import ConfigError, IllegalEvent, SteploopError
 from steploop.reducer.machine import advance, start, step
 from steploop.reducer.state import LoopState, Request, Session
+from steploop.reducer.versions import claude_code
 
 if TYPE_CHECKING:
     from steploop.effects.importer import import_paths as import_transcripts
@@ -101,6 +102,7 @@ __all__ = [
     "advance",
     "check_world",
     "check_world_async",
+    "claude_code",
     "claude_code_2_1_88",
     "default",
     "drive",

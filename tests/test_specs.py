@@ -1,4 +1,4 @@
-"""Every rule in specs/rules.md and specs/invariants.md is named by a test, and every named rule exists."""
+"""Every rule in specs/ (rules, invariants, import, temporal) is named by a test, and every named rule exists."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ RULE = re.compile(r"^### (\S+) ·", re.M)
 MARK = re.compile(r"spec\(((?:\s*\"[^\"]+\"\s*,?)+)\)")
 
 
-SPEC_FILES = ("rules.md", "invariants.md", "import.md")
+SPEC_FILES = ("rules.md", "invariants.md", "import.md", "temporal.md")
 
 
 def spec_ids() -> set[str]:

@@ -24,6 +24,8 @@ What they get back becomes an event here, through the same functions:
   with its checked result or its failure;
 - **a permission** the :class:`PermissionPolicy` settles (:meth:`PermissionPolicy.answer`) or
   a person answers (:func:`permission`);
+- **the tool list** a world reads for ``RefreshTools`` (:func:`tools_refreshed`: its names, in
+  order, and the digest of their definitions; R-REFRESH-1);
 - **the usage** of a turn (:func:`counted`): only a response that ends the call the machine
   still waits for counts (a late response, after an interrupt or a timeout, does not);
 - **answers to withdrawn requests** (:func:`not_withdrawn`, the protocol's filter, the one the
@@ -40,7 +42,7 @@ index, the one state a check needs).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias, TypeVar, assert_never
 
 import attrs
@@ -64,6 +66,7 @@ from steploop.reducer.effects import (
     AskPermission,
     CallModel,
     Compact,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -80,6 +83,7 @@ from steploop.reducer.events import (
     PermissionDecision,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolUseSummaryReady,
 )
 from steploop.reducer.messages import (
@@ -110,6 +114,7 @@ __all__ = [
     "stop_hooks",
     "summary",
     "tool",
+    "tools_refreshed",
     "unhandled",
 ]
 
@@ -296,6 +301,19 @@ def summary(effect: SummarizeToolUse, text: object, at_ms: int = 0) -> ToolUseSu
     )
 
 
+def tools_refreshed(
+    effect: RefreshTools, names: Sequence[str] = (), digest: str = "", at_ms: int = 0
+) -> ToolsRefreshed:
+    """The tool list read for ``effect`` [R-REFRESH-1]: the tools' names in the order the model
+    sees them and the digest of their definitions (a world with no tool list: none, "")."""
+    return ToolsRefreshed(
+        call_id=effect.call_id,
+        tools=tuple(clean_text(n) for n in names),
+        digest=clean_text(digest),
+        at_ms=at_ms,
+    )
+
+
 def stop_event(subagent: bool) -> StopEventName:
     """The hook event stop hooks run as: SubagentStop in a subagent, else Stop."""
     return "SubagentStop" if subagent else "Stop"
@@ -400,9 +418,11 @@ class PermissionPolicy:
     default: Literal["allow", "ask", "deny"] = "ask"
 
     def decide(self, name: str, input: Mapping[str, Any]) -> Literal["allow", "ask", "deny"]:
-        if name in self.deny:
+        """An MCP tool (``mcp__SERVER__TOOL``) is also named by the rules ``mcp__SERVER`` and
+        ``mcp__SERVER__*``, which name every tool of the server, as in Claude Code (E-MCP-6)."""
+        if name in self.deny or (name[:5] == "mcp__" and _server_rule(name, self.deny)):
             return "deny"
-        if name in self.allow:
+        if name in self.allow or (name[:5] == "mcp__" and _server_rule(name, self.allow)):
             return "allow"
         return self.default
 
@@ -414,6 +434,12 @@ class PermissionPolicy:
         if decision == "allow":
             return permission(effect, "allow", "", at_ms)
         return permission(effect, "deny_by_rule", "The permission policy denies this tool.", at_ms)
+
+
+def _server_rule(name: str, rules: frozenset[str]) -> bool:
+    """Whether ``rules`` name the MCP server of tool ``name`` as a whole."""
+    server = name[5:].split("__", 1)[0]
+    return f"mcp__{server}" in rules or f"mcp__{server}__*" in rules
 
 
 def permission(

@@ -39,12 +39,15 @@ from steploop.effects.cli_common import (
 from steploop.effects.cli_drive import (
     Display,
     PermissionAsker,
+    add_mcp_args,
     add_permission_args,
     add_stop_hook_args,
     describe,
     drive,
+    mcp_from_args,
     permission_setup,
     stop_hooks_from_args,
+    telemetry_from_env,
 )
 from steploop.effects.redaction import Redactor, client_secrets
 from steploop.effects.run import PermissionPolicy, PermissionRequest, run
@@ -149,6 +152,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     redactor = Redactor()  # the environment's key and token; the client's own below
     display = Display(out, redactor)
     hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
+    servers, mcp_notes = mcp_from_args(args, workspace)  # connected by the run, for the turn
+    notes.extend(mcp_notes)
+    telemetry = telemetry_from_env()
     model: Any
     client: Any = None
     if args.scripted:
@@ -184,6 +190,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             session_id=str(uuid.uuid4()),
             transcript_path=transcript,
             observer=recorder,
+            mcp_servers=servers or None,
+            telemetry=telemetry,
         )
         if recorder is not None:
             recorder.attach(r)
@@ -201,6 +209,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             recorder.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+        if telemetry is not None:
+            telemetry.shutdown()  # flush the spans
     code = display.result(res)
     if args.trace:
         display.line(f"trace: {args.trace} (steploop show / replay / resume it)")
@@ -251,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_permission_args(r)
     add_stop_hook_args(r)
+    add_mcp_args(r)
     _config_args(r)
     g = sub.add_parser("graph", help="print the machine as a Mermaid state diagram (from the explorer)")
     g.add_argument("--fenced", action="store_true", help="wrap it in a ```mermaid fence for Markdown")
@@ -319,6 +330,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         quiet_output(out)  # the interpreter's last flush of it would fail again
         return 0
     except BaseExceptionGroup as group:  # raised inside a run's task group, wrapped
+        ours = group.subgroup((CliError, ConfigError, SteploopError))
+        if ours is not None:  # a prompt the machine refuses (M-HIST-1), ...: one line
+            first: BaseException = ours
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            from steploop.effects.trace_cli import explain
+
+            print(f"steploop: error: {_safe(explain(first))}", file=sys.stderr)  # type: ignore[arg-type]
+            return EXIT_USAGE
         if group.split(BrokenPipeError)[1] is not None:
             raise
         quiet_output(out)

@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from steploop.effects.cli_common import (
     CliError,
@@ -56,12 +56,15 @@ __all__ = [
     "READ_ONLY_TOOLS",
     "Display",
     "PermissionAsker",
+    "add_mcp_args",
     "add_permission_args",
     "add_stop_hook_args",
     "describe",
     "drive",
+    "mcp_from_args",
     "permission_setup",
     "stop_hooks_from_args",
+    "telemetry_from_env",
 ]
 
 #: Tools that run without asking in the default mode (they only read).
@@ -421,6 +424,61 @@ def stop_hooks_from_args(
     return StopHooks(hooks, permission_mode=permission_mode, on_report=on_report), notes
 
 
+def add_mcp_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mcp-config",
+        action="append",
+        metavar="FILE",
+        default=None,
+        help="MCP servers from this JSON file ({\"mcpServers\": {...}}, as Claude Code reads it; "
+        "repeatable), besides the workspace's .mcp.json and the settings' mcpServers; their "
+        "tools are mcp__SERVER__TOOL (allow them with --allow mcp__SERVER); needs steploop[mcp]",
+    )
+    p.add_argument(
+        "--strict-mcp-config",
+        action="store_true",
+        help="use only the servers of --mcp-config (not .mcp.json nor the settings')",
+    )
+
+
+def mcp_from_args(args: argparse.Namespace, workspace: Path) -> tuple[dict[str, Any], list[str]]:
+    """The MCP servers the command line asks for (``.mcp.json`` and the project settings'
+    ``mcpServers`` unless ``--no-project-settings``; ``--settings`` files; ``--mcp-config``),
+    and the lines saying where they came from. A bad file is a :class:`CliError`."""
+    from steploop.effects.mcp import McpConfigError, mcp_servers_from
+
+    project = not getattr(args, "no_project_settings", False)
+    settings = [*(project_settings_files(workspace) if project else ()), *(getattr(args, "settings", None) or ())]
+    try:
+        servers, notes = mcp_servers_from(
+            workspace=workspace if project else None,
+            settings_files=settings,
+            config_files=getattr(args, "mcp_config", None) or (),
+            strict=bool(getattr(args, "strict_mcp_config", False)),
+        )
+    except McpConfigError as e:
+        raise CliError(str(e)) from None
+    if servers:
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            raise CliError(
+                f"MCP servers are configured ({', '.join(servers)}) but the MCP SDK is not "
+                "installed: pip install 'steploop[mcp]' (or --strict-mcp-config without files)"
+            ) from None
+    return dict(servers), notes
+
+
+def telemetry_from_env() -> Any:
+    """OpenTelemetry spans when ``OTEL_TRACES_EXPORTER`` asks for them (off by default)."""
+    from steploop.effects.telemetry import Telemetry, TelemetryError
+
+    try:
+        return Telemetry.from_env()
+    except TelemetryError as e:
+        raise CliError(str(e)) from None
+
+
 # ----------------------------------------------------------------------------------------------
 # Driving a run
 
@@ -430,6 +488,8 @@ async def drive(
 ) -> RunResult:
     """Consume the run: show every item, answer every permission request."""
     async with r:
+        for note in r.extensions.notices:  # MCP servers that failed to connect
+            display.line(note, "yellow")
         async for item in r:
             if isinstance(item, PermissionRequest):
                 ok = answer(item)

@@ -10,10 +10,12 @@ from typing import Protocol
 
 from steploop.effects.hooks import StopEventName
 from steploop.reducer import LoopState
+from steploop.reducer.drive import Observer
 from steploop.reducer.effects import CallModel, Compact, Effect, RunStopHooks
 from steploop.reducer.events import CompactionFailed, CompactionFinished, Event, StopHooksFinished
+from steploop.reducer.transitions import Transition
 
-__all__ = ["Compactor", "ModelClient", "StepObserver", "StopHookRunner"]
+__all__ = ["Compactor", "ModelClient", "StepObserver", "StopHookRunner", "observer_of"]
 
 
 class ModelClient(Protocol):
@@ -46,3 +48,25 @@ once, before any of the step's effects is executed; if it raises, the run fails 
 An observer that also has a method ``observe(event, state, effects, transitions)`` (the
 recorder does) is called through it instead, with every transition the step passed through
 (``steploop.reducer.drive.Observer``)."""
+
+
+def observer_of(observer: StepObserver | None) -> Observer | None:
+    """The loop's observer for ``observer=``: an object with ``observe(event, state, effects,
+    transitions)`` (a :class:`steploop.effects.trace.TraceRecorder`) is called with the transitions; a
+    plain callable ``(event, state, effects)`` without them."""
+    if observer is None:
+        return None
+    observe = getattr(observer, "observe", None)
+    if callable(observe):
+        return observe  # type: ignore[no-any-return]
+    three = observer
+
+    def call(
+        event: Event | None,
+        state: LoopState,
+        fx: tuple[Effect, ...],
+        passed: tuple[Transition, ...],
+    ) -> None:
+        three(event, state, fx)
+
+    return call

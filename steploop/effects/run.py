@@ -53,17 +53,25 @@ from steploop.effects import answer
 from steploop.effects.answer import PermissionPolicy, stamped
 from steploop.effects.boundary import ToolUseIds
 from steploop.effects.concurrency import Handoff, Rest, Signal, primitives
-from steploop.effects.protocols import Compactor, ModelClient, StepObserver, StopHookRunner
-from steploop.effects.run_types import PermissionRequest, RunResult, TextDelta, Timeouts
+from steploop.effects.extensions import RunExtensions
+from steploop.effects.protocols import (
+    Compactor,
+    ModelClient,
+    StepObserver,
+    StopHookRunner,
+    observer_of,
+)
+from steploop.effects.run_types import Caller, PermissionRequest, RunResult, TextDelta, Timeouts
 from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
 from steploop.reducer import LoopConfig, LoopState, Request, Session
-from steploop.reducer.drive import Loop, Observer
+from steploop.reducer.drive import Loop
 from steploop.reducer.effects import (
     AcknowledgeCommands,
     AskPermission,
     CallModel,
     CancelCompaction,
     CancelModelCall,
+    CancelRefreshTools,
     CancelStopHooks,
     CancelTools,
     CancelWait,
@@ -72,6 +80,7 @@ from steploop.reducer.effects import (
     Emit,
     Finish,
     PersistToolResult,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -149,6 +158,8 @@ class Run:
         on_acknowledge: Callable[[tuple[str, ...]], None] | None,
         resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
         text_deltas: bool = False,
+        mcp_servers: Any = None,
+        telemetry: Any = None,
     ) -> None:
         self.request = request
         self.config = config
@@ -178,7 +189,7 @@ class Run:
         self._asking: dict[Key, PermissionRequest] = {}  # offered to the consumer, unanswered
         # the driver loop (steploop/reducer/drive.py): this run is its world, and pushes events into it
         self._loop = Loop(config, self._apply, observe=self._observe, on_error=self._failed)
-        self._on_step = _observer_of(observer)
+        self._on_step = observer_of(observer)
         self._handlers: dict[type, Handler] = {
             CallModel: self._call_model,
             StartTool: self._run_tool,
@@ -186,6 +197,7 @@ class Run:
             Compact: self._compact,
             RunStopHooks: self._run_hooks,
             SummarizeToolUse: self._summarize,
+            RefreshTools: self._refresh,
         }
         self._wake: Signal | None = None  # wakes the driver when the turn ends or fails
         self._failure: Exception | None = None  # step() or the observer failed
@@ -199,6 +211,12 @@ class Run:
         self._delta_send: MemoryObjectSendStream[TextDelta] | None = None
         self._entered = False
         self._tool_use_ids = ToolUseIds()  # the ids a response may not reuse (B-MODEL-2)
+        # MCP servers, the tool list's refresh, spans (steploop/effects/extensions.py)
+        self.extensions = RunExtensions(tools=tools, model=model, workspace=workspace,
+                                        mcp_servers=mcp_servers, telemetry=telemetry)
+        self._spans: Any = None
+        self._observer = observer
+        self._caller: Caller | None = None
 
     # -- public API ------------------------------------------------------------------------
 
@@ -221,6 +239,31 @@ class Run:
         if self._entered:
             raise RuntimeError("a Run can be entered once")
         self._entered = True
+        await self.extensions.enter()  # MCP servers: entered first, closed last
+        try:
+            return await self._enter()
+        except BaseException:
+            if self._tg is not None:  # entered after the servers: left before them
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(None, None, None)
+            await self.extensions.exit()
+            raise
+
+    async def _enter(self) -> Run:
+        self._spans = self.extensions.spans(
+            session_id=self.session_id, config=self.config, start_ms=self.request.at_ms
+        )
+        self._caller = Caller(
+            session_id=self.session_id,
+            config=self.config,
+            workspace=self._workspace,
+            transcript_path=self.transcript_path,
+            trace_path=getattr(self._observer, "path", None),
+            permissions=self._permissions,
+            spans=self._spans,
+            tool_timeout_s=self._tool_timeout_s,
+            state=lambda: self._state,
+        )
         if self.transcript_path is not None:
             from steploop.effects.transcript import TranscriptWriter
 
@@ -228,9 +271,9 @@ class Run:
                 self.transcript_path,
                 session_id=self.session_id,
                 cwd=str(self._workspace),
-                version=_version(),
                 stop_hooks=self._stop_hooks,  # the stop_hook_summary record reads its report
                 api_ids=getattr(self._model, "api_ids", None),  # message.id, requestId
+                agent_id=self.config.agent_id,  # a sub-agent's sidechain
             )
         self._signal, self._scope = primitives()
         self._context = contextvars.copy_context()  # what every handler starts from
@@ -274,6 +317,7 @@ class Run:
             self._loop.close()
             if self._transcript is not None:
                 self._transcript.close()
+            await self.extensions.exit()
 
     def __aiter__(self) -> Run:
         return self
@@ -284,19 +328,7 @@ class Run:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    # -- stepping ----------------------------------------------------------------------------
-    #
-    # The run is the live world of a driver loop (steploop.reducer.drive.Loop, rule W-DRIVE-4) and
-    # pushes every event into it: whoever brings an event (a runner finishing a tool, a model
-    # stream's next block, the consumer answering a permission) feeds it, and the loop steps it
-    # at once when nothing else is being stepped, performing every effect there and then
-    # (``_apply``): starting or cancelling a handler, a permission the policy settles (answered
-    # at once, without a task or the consumer), an item for a consumer already waiting. An item
-    # for a consumer that is not waiting holds the loop (nothing is stepped, events queue)
-    # until the consumer takes it; the consumer then releases the loop and carries the work on
-    # itself, in its ``__anext__``, before it returns the item. So no task is woken just to
-    # step an event, and backpressure holds: nothing advances until the consumer pulls. The
-    # driver task only starts the turn and reports a failure.
+    # -- stepping: the live world of a driver loop (W-DRIVE-4), as the module docstring says
 
     @property
     def transitions(self) -> list[Transition]:
@@ -333,6 +365,8 @@ class Run:
             self._transcript.observe(event, state, fx)
         if self._on_step is not None:
             self._on_step(event, state, fx, passed)
+        if self._spans is not None:
+            self._spans.step(event, fx, passed)
 
     async def _drive(self) -> None:
         try:
@@ -366,12 +400,18 @@ class Run:
                 key = opens(effect)
                 assert key is not None
                 self._start(key, self._handlers[effect.__class__], effect)
+            case RefreshTools() if self.extensions.servers is None:  # no I/O: read at once
+                names, digest = self._tools.names, self._tools.digest()
+                return (answer.tools_refreshed(effect, names, digest, self._now()),)
+            case RefreshTools():
+                self._start(("refresh_tools", effect.call_id), self._refresh, effect)
             case (
                 CancelModelCall()
                 | CancelTools()
                 | CancelWait()
                 | CancelCompaction()
                 | CancelStopHooks()
+                | CancelRefreshTools()
             ):
                 for key in withdraws(effect):
                     self._cancel(key)
@@ -520,10 +560,13 @@ class Run:
 
         The call's first step runs at once; only a call that then waits gets the deadline (a
         timer), so a call that finishes without waiting costs no timer."""
+        own = getattr(self._tools.get(effect.name), "timeout_s", None)  # the tool's deadline
+        timeout = self._tool_timeout_s if own is None else own
         ctx = ToolContext(
             workspace=self._workspace,
             tool_use_id=effect.tool_use_id,
-            timeout_s=self._tool_timeout_s,  # lets the registry end a step that holds the loop
+            timeout_s=timeout,  # lets the registry end a step that holds the loop
+            caller=self._caller,
         )
         out: ToolOutput | None = None
         try:
@@ -533,12 +576,12 @@ class Run:
             except StopIteration as done:  # finished without waiting
                 out = done.value
             else:
-                scope.deadline = anyio.current_time() + self._tool_timeout_s
+                scope.deadline = anyio.current_time() + timeout
                 out = await Rest(call, first)
         finally:
             key = opens(effect)
             if out is None and scope.cancel_called and key and self._scopes.get(key) is scope:
-                out = timed_out(effect.name, self._tool_timeout_s)  # the deadline passed
+                out = timed_out(effect.name, timeout)  # the deadline passed
             if out is not None:  # checked, with the hook that stopped it [E-HOOK-1]
                 self._feed(answer.tool(effect, out, self._now()))
 
@@ -589,6 +632,14 @@ class Run:
             effect, lambda: summarizer(effect), answer.summary, self._timeouts.summary_s, ""
         )
 
+    async def _refresh(self, effect: RefreshTools, scope: anyio.CancelScope) -> None:
+        """[R-REFRESH-1] the MCP servers that said their tools changed are listed again."""
+        try:
+            names, digest = await self.extensions.refresh()
+        except Exception:  # the list could not be read again: the registry's as it is
+            names, digest = self._tools.names, self._tools.digest()
+        self._feed(answer.tools_refreshed(effect, names, digest, self._now()))
+
     async def _bounded(
         self,
         effect: answer.Handled,
@@ -608,28 +659,6 @@ class Run:
         self._feed(stamped(event, self._now()))
 
 
-def _observer_of(observer: StepObserver | None) -> Observer | None:
-    """The loop's observer for ``observer=``: an object with ``observe(event, state, effects,
-    transitions)`` (a :class:`steploop.effects.trace.TraceRecorder`) is called with the transitions; a
-    plain callable ``(event, state, effects)`` without them."""
-    if observer is None:
-        return None
-    observe = getattr(observer, "observe", None)
-    if callable(observe):
-        return observe  # type: ignore[no-any-return]
-    three = observer
-
-    def call(
-        event: Event | None,
-        state: LoopState,
-        fx: tuple[Effect, ...],
-        passed: tuple[Transition, ...],
-    ) -> None:
-        three(event, state, fx)
-
-    return call
-
-
 def _deadline(seconds: float | None) -> float:
     return math.inf if seconds is None else seconds
 
@@ -639,15 +668,6 @@ def _send_nowait(stream: MemoryObjectSendStream[TextDelta], item: TextDelta) -> 
         stream.send_nowait(item)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("steploop")
-    except Exception:
-        return "0+unknown"
 
 
 def _wall_ms() -> int:
@@ -675,6 +695,8 @@ def run(
     on_acknowledge: Callable[[tuple[str, ...]], None] | None = None,
     resume: tuple[LoopState, tuple[Effect, ...]] | None = None,
     text_deltas: bool = False,
+    mcp_servers: Any = None,
+    telemetry: Any = None,
 ) -> Run:
     """Start one user turn of the agent loop.
 
@@ -697,6 +719,9 @@ def run(
             (the outstanding effects of a recorded run; see steploop/effects/trace/resume.py).
         text_deltas: also yield :class:`TextDelta` items as text streams in (the model client
             must have an ``on_text_delta`` attribute, as AnthropicModelClient does).
+        mcp_servers: MCP servers whose tools join ``tools`` (group ``mcp``): a connected
+            ``McpServers``, or configurations the run connects for the turn (steploop/effects/mcp/).
+        telemetry: a ``Telemetry``: OpenTelemetry spans of the turn (steploop/effects/telemetry.py).
 
     Returns:
         A :class:`Run`; use it as ``async with run(...) as r: async for item in r: ...`` and read
@@ -725,6 +750,8 @@ def run(
         on_acknowledge=on_acknowledge,
         resume=resume,
         text_deltas=text_deltas,
+        mcp_servers=mcp_servers,
+        telemetry=telemetry,
     )
 
 

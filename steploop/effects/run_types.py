@@ -5,6 +5,7 @@ permission request to answer, raw text deltas, the deadlines of the handlers, th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,7 +16,7 @@ from steploop.reducer.events import PermissionDecision
 from steploop.reducer.messages import Usage
 from steploop.reducer.transitions import Terminal
 
-__all__ = ["PermissionRequest", "RunResult", "TextDelta", "Timeouts"]
+__all__ = ["Caller", "PermissionRequest", "RunResult", "TextDelta", "Timeouts"]
 
 
 class PermissionRequest:
@@ -98,3 +99,20 @@ class RunResult:
     terminal: Terminal
     state: LoopState
     usage: Usage
+
+
+@attrs.frozen(kw_only=True)
+class Caller:
+    """What a tool call may know of the run that makes it (``ToolContext.caller``): a
+    sub-agent reads it to run as the run's child, under its session, config, permission policy
+    and deadlines, its trace and transcript beside the run's, its spans under the call's."""
+
+    session_id: str
+    config: Any  # LoopConfig
+    workspace: Path
+    transcript_path: Path | None
+    trace_path: str | Path | None  # the run's trace file, when a TraceRecorder records it
+    permissions: Any  # PermissionPolicy
+    spans: Any  # steploop.effects.telemetry.TurnSpans, or None
+    tool_timeout_s: float
+    state: Callable[[], LoopState | None]

@@ -260,7 +260,10 @@ class TranscriptWriter:
     API's ``(message id, request id)`` of a call's response, by ``call_id``, when the model
     client has them (``AnthropicModelClient.api_ids``); either may be None. ``secrets``: more
     strings to redact. ``model``: the model client, whose credentials are redacted too (None:
-    the client ``api_ids`` is a method of, if it is one).
+    the client ``api_ids`` is a method of, if it is one). ``agent_id``: a sub-agent's id; its
+    records are a sidechain (``isSidechain: true``, ``agentId``), as Claude Code writes
+    ``<session>/subagents/agent-<id>.jsonl``. ``version``: the records' ``version`` (None:
+    the installed steploop's).
     """
 
     def __init__(
@@ -269,20 +272,22 @@ class TranscriptWriter:
         *,
         session_id: str | None = None,
         cwd: str,
-        version: str,
+        version: str | None = None,
         clock: Callable[[], datetime] = _utc_now,
         secrets: Iterable[str] | None = None,
         stop_hooks: object | None = None,
         api_ids: Callable[[int], tuple[str | None, str | None]] | None = None,
         model: object | None = None,
+        agent_id: str | None = None,
     ) -> None:
         self._path = Path(path)
+        self._agent_id = agent_id  # a sub-agent's sidechain: isSidechain, agentId
         self._session_id = str(uuid.uuid4()) if session_id is None else session_id
         self._api_ids = api_ids
         self._ids_of: tuple[int, tuple[str | None, str | None]] = (-1, (None, None))
         self._call_id: int | None = None  # the model call streaming now (its records held)
         self._cwd = cwd
-        self._version = version
+        self._version = version if version is not None else _installed_version()
         self._clock = clock
         self._lock = threading.Lock()
         self._file: IO[bytes] | None = None
@@ -638,13 +643,15 @@ class TranscriptWriter:
                 parent = source_tool
         record: dict[str, Any] = {
             "parentUuid": parent,
-            "isSidechain": False,
+            "isSidechain": self._agent_id is not None,
             "userType": "external",
             "cwd": self._cwd,
             "sessionId": self._session_id,
             "version": self._version,
             "type": message.TAG,
         }
+        if self._agent_id is not None:
+            record["agentId"] = self._agent_id
         if isinstance(message, SystemMessage) and message.subtype == "compact_boundary":
             record["parentUuid"] = None
             record["logicalParentUuid"] = parent
@@ -735,3 +742,12 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("steploop")
+    except PackageNotFoundError:
+        return "0+unknown"

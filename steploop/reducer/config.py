@@ -7,12 +7,17 @@ Three profiles (specs/profiles.md has the full table):
 * :func:`claude_code_2_1_88` -- the shipped build: its gates and every compatibility flag on;
 * :func:`full` -- the 2.1.88 build with every gate on (collapse on switches auto-compact off).
 
+Earlier Claude Code versions are :func:`steploop.reducer.versions.claude_code` (one table of the
+behaviours that differ by version, ``VERSION_ROWS``): the 2.1.88 profile with the ``legacy``
+group and a few constants set as each version had them.
+
 Invalid values raise :class:`steploop.reducer.ConfigError` when the config is built, never in step().
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Literal
 
 import attrs
@@ -23,6 +28,7 @@ __all__ = [
     "PROFILES",
     "Compat",
     "Gates",
+    "Legacy",
     "LoopConfig",
     "RetryPolicy",
     "claude_code_2_1_88",
@@ -35,7 +41,12 @@ __all__ = [
 
 # Every message names the field as a dotted key (``retry.max_delay_ms``), the spelling
 # ``--set`` and :meth:`LoopConfig.with_overrides` take.
-_GROUP_PREFIX = {"Gates": "gates.", "Compat": "compat.", "RetryPolicy": "retry."}
+_GROUP_PREFIX = {
+    "Gates": "gates.",
+    "Compat": "compat.",
+    "Legacy": "legacy.",
+    "RetryPolicy": "retry.",
+}
 
 
 def _key(inst: object, name: str) -> str:
@@ -46,14 +57,71 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# [P-CONFIG-3] The largest value of each integer key: far above any real setting, far below
+# what breaks arithmetic, a timer or a JSON reader (2**53). A key not listed has INT_LIMIT.
+TOKEN_LIMIT = 100_000_000  # tokens: a hundred times the largest context window
+COUNT_LIMIT = 1_000_000  # turns, retries, rounds, failures, resumes, continuations
+MS_LIMIT = 365 * 24 * 3_600_000  # milliseconds: a year
+INT_LIMIT = 1_000_000_000  # anything else (characters)
+LIMITS: dict[str, tuple[int, str]] = {
+    **{
+        k: (TOKEN_LIMIT, "tokens")
+        for k in (
+            "context_window",
+            "max_output_tokens",
+            "capped_max_output_tokens",
+            "escalated_max_output_tokens",
+            "max_output_tokens_env_override",
+            "summary_output_reserve",
+            "autocompact_buffer",
+            "blocking_buffer",
+            "snip_buffer",
+            "budget_diminishing_tokens",
+            "thinking_budget",
+            "overflow_safety_buffer",
+            "floor_output_tokens",
+        )
+    },
+    **{
+        k: (COUNT_LIMIT, "a count")
+        for k in (
+            "max_turns",
+            "max_autocompact_failures",
+            "snip_keep_rounds",
+            "collapse_keep_rounds",
+            "microcompact_keep_recent",
+            "mot_recovery_limit",
+            "stop_hook_block_cap",
+            "budget_min_continuations",
+            "pause_turn_resumes",
+            "retry.max_retries",
+            "retry.max_consecutive_529",
+        )
+    },
+    **{
+        k: (MS_LIMIT, "milliseconds")
+        for k in ("microcompact_gap_ms", "retry.base_delay_ms", "retry.max_delay_ms")
+    },
+}
+
+
+def _bounded(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
+    key = _key(inst, attr.name)
+    limit, unit = LIMITS.get(key, (INT_LIMIT, "characters"))
+    if value > limit:
+        raise ConfigError(f"{key} must be at most {limit:,} ({unit}), got {value:,}")
+
+
 def _positive(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
     if not _is_int(value) or value <= 0:
         raise ConfigError(f"{_key(inst, attr.name)} must be a positive integer, got {value!r}")
+    _bounded(inst, attr, value)
 
 
 def _non_negative(inst: object, attr: attrs.Attribute[Any], value: int) -> None:
     if not _is_int(value) or value < 0:
         raise ConfigError(f"{_key(inst, attr.name)} must be a non-negative integer, got {value!r}")
+    _bounded(inst, attr, value)
 
 
 def _opt_positive(inst: object, attr: attrs.Attribute[Any], value: int | None) -> None:
@@ -122,6 +190,8 @@ class Gates:
     token_budget: bool = attrs.field(default=True, validator=_bool)
     tool_use_summaries: bool = attrs.field(default=False, validator=_bool)
     fallback_on_overload: bool = attrs.field(default=True, validator=_bool)
+    # [R-REFRESH-1] off unless asked: a trace written before the gate existed replays without it
+    tool_refresh: bool = attrs.field(default=False, validator=_bool)
 
 
 @attrs.frozen(kw_only=True)
@@ -144,6 +214,35 @@ class Compat:
     stop_hook_active_cleared_by_recovery: bool = attrs.field(default=False, validator=_bool)  # Q-11
     nonsafe_tools_start_mid_stream: bool = attrs.field(default=False, validator=_bool)  # Q-12
     stop_hook_summary_last: bool = attrs.field(default=False, validator=_bool)  # Q-13
+    nonstreaming_single_message: bool = attrs.field(default=False, validator=_bool)  # Q-14
+
+
+#: How the context is counted against the thresholds (specs/ R-TOK-1, VER-3).
+ContextCount = Literal["estimate_from_first", "estimate_from_last", "last_usage"]
+
+
+@attrs.frozen(kw_only=True)
+class Legacy:
+    """Behaviours of Claude Code versions before 2.1.88 (specs/ VER-*, specs/profiles.md).
+
+    Every field's default is the 2.1.88 behaviour, so every named profile leaves the group at
+    its defaults; :func:`steploop.reducer.versions.claude_code` sets the fields a version had
+    otherwise, from the one table ``VERSION_ROWS``.
+    """
+
+    # VER-1: an API-error message is followed by the stop hooks (2.1.88 skips them: G1)
+    stop_hooks_after_api_error: bool = attrs.field(default=False, validator=_bool)
+    # VER-2: no stop_hook_summary record is written, whatever the hooks did
+    no_stop_hook_summary: bool = attrs.field(default=False, validator=_bool)
+    # VER-3: the context count (R-TOK-1): anchored at the last response's first record
+    # (2.1.88), at its last record, or its usage alone (nothing estimated after it)
+    context_count: ContextCount = attrs.field(
+        default="estimate_from_first",
+        validator=_one_of("estimate_from_first", "estimate_from_last", "last_usage"),
+    )
+    # VER-6: API-error messages carry no `error` category, and a usage-limit error is the
+    # API's own text (`Claude AI usage limit reached|<epoch>`), not `API Error: ...`
+    api_errors_1_0: bool = attrs.field(default=False, validator=_bool)
 
 
 @attrs.frozen(kw_only=True)
@@ -154,6 +253,12 @@ class RetryPolicy:
     base_delay_ms: int = attrs.field(default=500, validator=_positive)
     max_delay_ms: int = attrs.field(default=32_000, validator=_positive)
     max_consecutive_529: int = attrs.field(default=3, validator=_positive)
+    # [R-RETRY-6] which models the consecutive-529 limit counts for: "all" (steploop's
+    # default: the reference with FALLBACK_FOR_ALL_PRIMARY_MODELS set) or "opus" (the
+    # reference without it, for an API-key user: first-party Opus models only)
+    consecutive_529_models: Literal["all", "opus"] = attrs.field(
+        default="all", validator=_one_of("all", "opus")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.max_delay_ms < self.base_delay_ms:
@@ -161,6 +266,12 @@ class RetryPolicy:
                 f"retry.max_delay_ms {self.max_delay_ms} is below retry.base_delay_ms "
                 f"{self.base_delay_ms}: the backoff cap would shorten the first delay"
             )
+
+    def counts_529(self, model: str) -> bool:
+        """[R-RETRY-6] Whether consecutive 529s of calls to ``model`` count toward
+        ``max_consecutive_529``: every model, or under "opus" a first-party Opus id
+        (``claude-opus-*``; a custom name or a Claude 3 Opus is not one)."""
+        return self.consecutive_529_models == "all" or model.lower().startswith("claude-opus-")
 
     def delay_ms(self, attempt: int, retry_after_ms: int | None) -> int:
         """Delay before retry ``attempt`` (1-based): retry-after wins, else 500*2^(n-1) capped."""
@@ -227,6 +338,7 @@ class LoopConfig:
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_group(RetryPolicy))
     gates: Gates = attrs.field(factory=Gates, validator=_group(Gates))
     compat: Compat = attrs.field(factory=Compat, validator=_group(Compat))
+    legacy: Legacy = attrs.field(factory=Legacy, validator=_group(Legacy))
 
     def __attrs_post_init__(self) -> None:
         # the field validators ran first, so every value here has its type
@@ -351,6 +463,7 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
             reactive_compact=False,
             max_tokens_escalation=False,
             tool_use_summaries=False,
+            tool_refresh=True,
         ),
         compat=Compat(**{f.name: True for f in attrs.fields(Compat)}),
         autocompact_breaker_scope="turn",
@@ -359,6 +472,7 @@ def claude_code_2_1_88(**overrides: Any) -> LoopConfig:
         collapse_disables_auto_compact=True,
         texts="claude_code",  # [R-TEXTS-1]
         pause_turn_resumes=0,  # [S-PAUSE-1] pause_turn is treated as end_turn
+        retry=RetryPolicy(consecutive_529_models="opus"),  # [R-RETRY-6]
     )
     return attrs.evolve(base, **overrides) if overrides else base
 
@@ -369,7 +483,7 @@ def full(**overrides: Any) -> LoopConfig:
     base = attrs.evolve(
         base,
         profile_name="full",
-        gates=Gates(tool_use_summaries=True),
+        gates=Gates(tool_use_summaries=True, tool_refresh=True),
     )
     return attrs.evolve(base, **overrides) if overrides else base
 
@@ -378,13 +492,24 @@ PROFILES = {"default": default, "claude_code_2_1_88": claude_code_2_1_88, "full"
 
 
 def profile(name: str) -> LoopConfig:
-    """The named profile. Raises ConfigError for an unknown name."""
-    try:
-        return PROFILES[name]()
-    except KeyError:
-        raise ConfigError(
-            f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}"
-        ) from None
+    """The named profile, or a Claude Code version's (``claude_code_2_1_56``, the name
+    :func:`steploop.reducer.versions.claude_code` gives it). Raises ConfigError for an unknown
+    name."""
+    make = PROFILES.get(name)
+    if make is not None:
+        return make()
+    m = _VERSION_NAME.match(name) if isinstance(name, str) else None
+    if m is not None:
+        from steploop.reducer.versions import claude_code
+
+        return claude_code(".".join(m.groups()))
+    raise ConfigError(
+        f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}, or a Claude Code "
+        "version as claude_code_MAJOR_MINOR_PATCH (claude_code_2_1_56)"
+    )
+
+
+_VERSION_NAME = re.compile(r"^claude_code_(\d{1,4})_(\d{1,4})_(\d{1,5})$")
 
 
 #: What belongs to a run rather than to a machine: kept when a profile is applied to it.
@@ -412,7 +537,8 @@ def profiles_markdown() -> str:
         "# Profiles",
         "",
         "Generated by `steploop.reducer.config.profiles_markdown()`; `tests/reducer/test_profiles_table.py`",
-        "fails when this file and the code disagree. Rules: P-DEFAULT-1, P-CC-1, P-FULL-1.",
+        "fails when this file and the code disagree. Rules: P-DEFAULT-1, P-CC-1, P-FULL-1,",
+        "P-VERSION-1; the `legacy` group is set only by `claude_code(version)` (Versions, below).",
         "",
         "| key | " + " | ".join(f"`{n}`" for n in names) + " |",
         "|---|" + "---|" * len(names),
@@ -448,7 +574,9 @@ def profiles_markdown() -> str:
             f"| `{d}` | " + " | ".join(f"`{getattr(c, d)!r}`" for c in cfgs.values()) + " |"
         )
     lines += _fidelity_rows()
-    return "\n".join(lines) + "\n"
+    from steploop.reducer.versions import versions_markdown  # imports this module: loaded here
+
+    return "\n".join(lines) + "\n\n" + versions_markdown()
 
 
 def _fidelity_rows() -> list[str]:
@@ -456,7 +584,8 @@ def _fidelity_rows() -> list[str]:
     return [
         "",
         "Rules that read these keys (API fidelity): R-OVERFLOW-1 (`overflow_safety_buffer`,",
-        "`floor_output_tokens`, `thinking_budget`; every profile), R-REFUSAL-1 (`texts`,",
+        "`floor_output_tokens`, `thinking_budget`; every profile), R-THINK-1 (`thinking_budget`,",
+        "the one thinking budget: every model call carries it), R-REFUSAL-1 (`texts`,",
         "`non_interactive`; every profile), S-PAUSE-1 (`pause_turn_resumes`: 0 is the reference's",
         "pause_turn-as-end_turn), R-TEXTS-1 and R-CATEGORY-1 (`texts`), R-BLOCK-1/2 (no key:",
         "every profile keeps and resends every content block).",

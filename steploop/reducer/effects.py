@@ -21,6 +21,7 @@ __all__ = [
     "CallModel",
     "CancelCompaction",
     "CancelModelCall",
+    "CancelRefreshTools",
     "CancelStopHooks",
     "CancelTools",
     "CancelWait",
@@ -29,6 +30,7 @@ __all__ = [
     "Emit",
     "Finish",
     "PersistToolResult",
+    "RefreshTools",
     "RunStopHooks",
     "StartTool",
     "SummarizeToolUse",
@@ -47,7 +49,11 @@ class TaskBudget:
 
 @attrs.frozen(kw_only=True)
 class CallModel:
-    """Call the model on ``conversation``. ``streaming=False`` after a broken stream."""
+    """Call the model on ``conversation``. ``streaming=False`` after a broken stream.
+
+    ``thinking_budget`` is the config's (``LoopConfig.thinking_budget``, the one thinking
+    budget there is): the client builds the request's ``thinking`` from it (specs/ R-THINK-1).
+    """
 
     TAG: ClassVar[str] = "call_model"
     call_id: int
@@ -57,6 +63,7 @@ class CallModel:
     streaming: bool = True
     task_budget: TaskBudget | None = None
     query_source: str = "repl_main_thread"
+    thinking_budget: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -159,6 +166,24 @@ class SummarizeToolUse:
 
 
 @attrs.frozen(kw_only=True)
+class RefreshTools:
+    """Read the tool list as it is now, at the end of tool round ``call_id`` (the reference's
+    ``refreshTools()``: newly connected MCP servers appear); answered by ToolsRefreshed
+    [R-REFRESH-1]."""
+
+    TAG: ClassVar[str] = "refresh_tools"
+    call_id: int
+
+
+@attrs.frozen(kw_only=True)
+class CancelRefreshTools:
+    """Stop reading the tool list of round ``call_id`` (an interrupt ended the round, I-7)."""
+
+    TAG: ClassVar[str] = "cancel_refresh_tools"
+    call_id: int
+
+
+@attrs.frozen(kw_only=True)
 class AcknowledgeCommands:
     """Mark queued commands consumed in this turn as completed (normal return only)."""
 
@@ -196,6 +221,8 @@ Effect: TypeAlias = (
     | CancelStopHooks
     | PersistToolResult
     | SummarizeToolUse
+    | RefreshTools
+    | CancelRefreshTools
     | AcknowledgeCommands
     | Emit
     | Finish

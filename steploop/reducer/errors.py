@@ -1,8 +1,9 @@
-"""Errors the reducer raises: only for misuse by the driver, never for bad world data."""
+"""Errors the reducer raises: only for misuse by the driver, never for bad world data (which
+becomes an event; specs/ M-5)."""
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "IllegalEvent", "SteploopError"]
+__all__ = ["ConfigError", "IllegalEvent", "MalformedConversation", "SteploopError", "WrongType"]
 
 
 class SteploopError(Exception):
@@ -34,3 +35,31 @@ class IllegalEvent(SteploopError):
         if detail:
             msg += f" ({detail})"
         super().__init__(msg)
+
+
+class MalformedConversation(SteploopError, ValueError):
+    """A conversation the Messages API would refuse, offered to the machine from outside
+    (specs/ M-HIST-1): :func:`~steploop.reducer.start` given an empty or blank prompt or a
+    session whose history holds a tool_use id twice, an empty tool_use id or a tool_result
+    naming no earlier tool_use; step() given inserted messages that would make one.
+
+    Attributes:
+        problem: what is wrong, one sentence naming the id or the message.
+    """
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+class WrongType(SteploopError, TypeError):
+    """A value of the wrong type given to the machine (specs/ M-TYPE-1): an event, a field of
+    an event, a request, a session, a state or a config that is not what its type says.
+
+    Attributes:
+        where: the value's name, dotted (``ModelBlockReceived.block.text``).
+    """
+
+    def __init__(self, where: str, expected: str, got: object) -> None:
+        self.where = where
+        super().__init__(f"{where} must be {expected}, got {type(got).__name__} {got!r:.80}")

@@ -13,9 +13,11 @@ from typing import ClassVar, Literal, TypeAlias
 import attrs
 
 from steploop.reducer.messages import Block, Message, Usage
+from steploop.reducer.typecheck import check_fields
 
 __all__ = [
     "FAILURE_KINDS",
+    "Checked",
     "CommandQueued",
     "CompactionFailed",
     "CompactionFinished",
@@ -30,14 +32,24 @@ __all__ = [
     "ToolFinished",
     "ToolTraits",
     "ToolUseSummaryReady",
+    "ToolsRefreshed",
     "WaitElapsed",
 ]
 
 InterruptBehavior: TypeAlias = Literal["cancel", "block"]
 
 
+class Checked:
+    """Checked when built [M-TYPE-1]: every field against its annotation, nested values
+    included; a wrong one raises :class:`~steploop.reducer.errors.WrongType` naming it."""
+
+    __slots__ = ()
+
+    __attrs_post_init__ = check_fields  # the check itself: no frame of its own
+
+
 @attrs.frozen(kw_only=True)
-class ToolTraits:
+class ToolTraits(Checked):
     """What the shell knows of a tool call *for this input* (the tool registry, steploop/effects/tools/).
 
     ``max_result_chars`` of None means the tool's results are never budgeted (like Read).
@@ -51,7 +63,7 @@ class ToolTraits:
 
 
 @attrs.frozen(kw_only=True)
-class ModelBlockReceived:
+class ModelBlockReceived(Checked):
     """A content block completed in the stream of model call ``call_id``.
 
     For a tool_use block, ``tool`` carries the traits and ``input_complete`` is False when the
@@ -71,7 +83,7 @@ class ModelBlockReceived:
 
 
 @attrs.frozen(kw_only=True)
-class ModelResponseEnded:
+class ModelResponseEnded(Checked):
     """The response finished (message_stop) with this stop reason and usage.
 
     ``model`` is the model that served the response (the API's id, which may differ from the
@@ -105,7 +117,7 @@ FAILURE_KINDS: tuple[str, ...] = (
 
 
 @attrs.frozen(kw_only=True)
-class ModelCallFailed:
+class ModelCallFailed(Checked):
     """Model call ``call_id`` failed; the shell only classifies (``kind`` in FAILURE_KINDS).
 
     For ``context_overflow`` the shell also reads the numbers of the message: the request's
@@ -123,6 +135,7 @@ class ModelCallFailed:
     at_ms: int = 0
 
     def __attrs_post_init__(self) -> None:
+        check_fields(self)
         if self.kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {self.kind!r}; expected one of {FAILURE_KINDS}")
 
@@ -131,12 +144,13 @@ HookEvent: TypeAlias = Literal["PreToolUse", "PostToolUse"]
 
 
 @attrs.frozen(kw_only=True)
-class ToolFinished:
+class ToolFinished(Checked):
     """A tool started by ``StartTool(generation, tool_use_id)`` finished (completion order).
 
     ``hook_stopped``: a hook asked the loop to stop after this call; ``hook_event`` says which
     (a PreToolUse hook that let the call run, or a PostToolUse hook) and ``hook_stop_reason``
-    the hook's own stop reason, if it gave one (T-HOOK-1).
+    the hook's own stop reason, if it gave one (T-HOOK-1). ``model``: the tool set the main
+    loop's model for the rest of the turn (a Skill whose definition names a model, R-MODEL-2).
     """
 
     TAG: ClassVar[str] = "tool_finished"
@@ -147,6 +161,7 @@ class ToolFinished:
     hook_stopped: bool = False
     hook_event: HookEvent = "PostToolUse"
     hook_stop_reason: str = ""
+    model: str | None = None
     at_ms: int = 0
 
 
@@ -154,7 +169,7 @@ PermissionDecision: TypeAlias = Literal["allow", "deny_by_rule", "rejected_by_us
 
 
 @attrs.frozen(kw_only=True)
-class PermissionAnswered:
+class PermissionAnswered(Checked):
     TAG: ClassVar[str] = "permission_answered"
     generation: int
     tool_use_id: str
@@ -164,7 +179,7 @@ class PermissionAnswered:
 
 
 @attrs.frozen(kw_only=True)
-class CompactionFinished:
+class CompactionFinished(Checked):
     """Compaction ``compact_id`` succeeded: ``messages`` replace the conversation
     (boundary, summary, kept messages, attachments, in that order)."""
 
@@ -175,7 +190,7 @@ class CompactionFinished:
 
 
 @attrs.frozen(kw_only=True)
-class CompactionFailed:
+class CompactionFailed(Checked):
     TAG: ClassVar[str] = "compaction_failed"
     compact_id: int
     reason: str = ""
@@ -183,7 +198,7 @@ class CompactionFailed:
 
 
 @attrs.frozen(kw_only=True)
-class StopHooksFinished:
+class StopHooksFinished(Checked):
     """Stop hooks ``hooks_id`` ran. ``error`` is set when the hooks themselves failed."""
 
     TAG: ClassVar[str] = "stop_hooks_finished"
@@ -197,7 +212,7 @@ class StopHooksFinished:
 
 
 @attrs.frozen(kw_only=True)
-class Interrupted:
+class Interrupted(Checked):
     """The user interrupted: ``hard`` (Esc/Ctrl-C) or ``submit`` (a new message was sent)."""
 
     TAG: ClassVar[str] = "interrupted"
@@ -206,14 +221,14 @@ class Interrupted:
 
 
 @attrs.frozen(kw_only=True)
-class WaitElapsed:
+class WaitElapsed(Checked):
     TAG: ClassVar[str] = "wait_elapsed"
     wait_id: int
     at_ms: int = 0
 
 
 @attrs.frozen(kw_only=True)
-class ToolUseSummaryReady:
+class ToolUseSummaryReady(Checked):
     """The gated tool-use summary is ready (``summary`` None when it failed)."""
 
     TAG: ClassVar[str] = "tool_use_summary_ready"
@@ -223,7 +238,7 @@ class ToolUseSummaryReady:
 
 
 @attrs.frozen(kw_only=True)
-class CommandQueued:
+class CommandQueued(Checked):
     """The user queued a command while the turn runs; attached at the next tool round."""
 
     TAG: ClassVar[str] = "command_queued"
@@ -233,13 +248,27 @@ class CommandQueued:
 
 
 @attrs.frozen(kw_only=True)
-class MessagesInserted:
+class MessagesInserted(Checked):
     """The shell added messages to the turn without a model call: an attachment, a skill's or
     a slash command's expansion, hook context (R-INSERT-1). Legal while a model call has
     produced nothing yet; the call is then made again with the messages before it."""
 
     TAG: ClassVar[str] = "messages_inserted"
     messages: tuple[Message, ...]
+    at_ms: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class ToolsRefreshed:
+    """The tool list at the end of tool round ``call_id`` (RefreshTools): the tools' names in
+    the order the model sees them and the shell's digest of their definitions ("" when the
+    world keeps no tool list) [R-REFRESH-1]. Recorded, so a replay knows when the list
+    changed; the machine only waits for it."""
+
+    TAG: ClassVar[str] = "tools_refreshed"
+    call_id: int
+    tools: tuple[str, ...] = ()
+    digest: str = ""
     at_ms: int = 0
 
 
@@ -257,4 +286,5 @@ Event: TypeAlias = (
     | ToolUseSummaryReady
     | CommandQueued
     | MessagesInserted
+    | ToolsRefreshed
 )

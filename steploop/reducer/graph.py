@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from steploop.reducer.config import PROFILES, LoopConfig, default
+from steploop.reducer.config import PROFILES, LoopConfig, claude_code_2_1_88, default, full
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.events import (
     CommandQueued,
@@ -133,16 +133,32 @@ GraphConfig = tuple[LoopConfig, Request, World, Session | None]
 def GRAPH_CONFIGS() -> list[GraphConfig]:
     """The configs whose union of edges is drawn: every profile of ``PROFILES``, and the
     default profile with what its defaults leave out (max_turns and tools a hook stops, a token
-    budget, an earlier history to fold with tool-use summaries on). Together they reach all 17
-    transitions."""
+    budget, an earlier history to fold with tool-use summaries on), and the 2.1.88 profile on a
+    narrow world with max_turns (the refresh, then max_turns), and the full profile on it without
+    the tool-list refresh (the blocking limit right after a tool round). Together they reach all 17 transitions."""
     work = Request(prompt="work")
     hooks = World(tool_outcomes=("ok", "error", "hook_stop"))
     summaries = default().with_overrides({"gates.tool_use_summaries": True})
+    narrow = World(
+        max_tools=1,
+        tool_kinds=("safe",),
+        failures=(),
+        tool_outcomes=("ok",),
+        permissions=("allow", "deny_by_rule"),
+        stop_hooks=("pass",),
+        interrupts=(),
+        truncation=False,
+        pauses=(),
+        refusals=False,
+    )
+    no_refresh = full().with_overrides({"gates.tool_refresh": False})
     return [
         *((make(), work, World(), None) for make in PROFILES.values()),
         (default(max_turns=2), work, hooks, None),
         (default(), Request(prompt="work", token_budget=4_000), World(), None),
         (summaries, work, World(), _history(3)),
+        (claude_code_2_1_88(max_turns=1), work, narrow, None),
+        (no_refresh, work, narrow, None),
     ]
 
 
@@ -187,11 +203,11 @@ def _exits(x: object, tag: str = "") -> set[tuple[str, str]]:
         return {(x, tag)}
     if isinstance(x, Rung):  # a rung: every exit of it
         return {e for exit_ in x.exits for e in _exits(exit_, tag)}
-    if isinstance(x, tuple):  # a ladder: every exit of its rungs, up to one that waits
+    if isinstance(x, tuple):  # a ladder: every exit of its rungs, up to one that always waits
         out: set[tuple[str, str]] = set()
         for rung in x:
             out |= _exits(rung, tag)
-            if rung.waits:
+            if rung.waits and not rung.gated:
                 break
         return out
     if x in CONTINUE_TYPES:  # the next round: where NEXT_ROUND says it may wait or end

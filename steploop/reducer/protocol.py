@@ -11,6 +11,7 @@ opens it, then the ids that tell it from every other request of its kind::
     ("call_model", 3)                       ("ask_permission", 2, "toolu_01")
     ("start_tool", 2, "toolu_01")           ("wait", 1)      ("compact", 1)
     ("run_stop_hooks", 1)                   ("summarize_tool_use", 4)
+    ("refresh_tools", 3)
 
 :data:`REQUESTS` is the table every function here is compiled from: one row per kind of
 request. The rest of steploop (the drivers in :mod:`steploop.reducer.drive`, the interpreter, exact and
@@ -52,11 +53,13 @@ from steploop.reducer.effects import (
     CallModel,
     CancelCompaction,
     CancelModelCall,
+    CancelRefreshTools,
     CancelStopHooks,
     CancelTools,
     CancelWait,
     Compact,
     Effect,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -75,6 +78,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolUseSummaryReady,
     WaitElapsed,
 )
@@ -188,6 +192,15 @@ REQUESTS: Final[tuple[RequestKind, ...]] = (
         None,
         exclusive=True,
         readdress=("summary_id",),
+    ),
+    RequestKind(  # [R-REFRESH-1] named by the round's call (one refresh per tool round)
+        "refresh_tools",
+        RefreshTools,
+        ("call_id",),
+        (ToolsRefreshed,),
+        (ToolsRefreshed,),
+        CancelRefreshTools,
+        readdress=("call_id",),
     ),
 )
 
@@ -322,7 +335,8 @@ def readdress(event: Event, effect: Effect) -> Event:
 def awaiting(state: LoopState) -> tuple[Key, ...]:
     """The requests ``state`` still waits for, in a fixed order: the model call, the tool slots
     in slot order (a permission request while the slot is ``asking``, a tool run while it is
-    ``running``), the wait, compaction or stop-hook run of the phase, the summary.
+    ``running``), the wait, compaction, stop-hook run or tool-list refresh of the phase, the
+    summary.
 
     Each is a request whose answer the machine accepts now as the answer it waits for (an
     answer to anything else is refused or discarded as late). Empty once the turn is done.
@@ -347,6 +361,8 @@ def awaiting(state: LoopState) -> tuple[Key, ...]:
         out.append(("compact", r.pending_id))
     elif phase == "stop_hooks":
         out.append(("run_stop_hooks", r.pending_id))
+    elif phase == "refreshing_tools":
+        out.append(("refresh_tools", r.call_id))
     if state.summary_id and state.summary_text is None:
         out.append(("summarize_tool_use", state.summary_id))
     return tuple(out)

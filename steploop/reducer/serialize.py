@@ -144,7 +144,7 @@ def structure(data: Any, cls: Any) -> Any:
     except SerializationError:
         raise
     except cattrs.BaseValidationError as e:
-        raise SerializationError(_explain(e)) from None
+        raise SerializationError(explain_error(e)) from None
     except (KeyError, TypeError, ValueError) as e:
         raise SerializationError(f"{type(e).__name__}: {e}") from None
 
@@ -156,7 +156,7 @@ def _leaves(e: BaseException) -> list[BaseException]:
     return [leaf for sub in subs for leaf in _leaves(sub)]
 
 
-def _explain(e: BaseException) -> str:
+def explain_error(e: BaseException) -> str:
     """One line: our own message (an unknown tag, ...) where there is one, with the path."""
     notes = cattrs.transform_error(e) if isinstance(e, cattrs.BaseValidationError) else [str(e)]
     ours = [leaf for leaf in _leaves(e) if isinstance(leaf, SerializationError)]

@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from steploop.reducer.conversation import Conversation
-from steploop.reducer.events import ToolTraits
+from steploop.reducer.events import Checked, ToolTraits
 from steploop.reducer.messages import AssistantMessage, Block, ToolResultBlock, Usage, UserMessage
 from steploop.reducer.transitions import Terminal, Transition
 
@@ -35,6 +35,7 @@ Phase: TypeAlias = Literal[
     "draining",
     "reactive_compacting",
     "stop_hooks",
+    "refreshing_tools",
     "done",
 ]
 PHASES: tuple[Phase, ...] = (
@@ -45,6 +46,7 @@ PHASES: tuple[Phase, ...] = (
     "draining",
     "reactive_compacting",
     "stop_hooks",
+    "refreshing_tools",
     "done",
 )
 
@@ -126,8 +128,9 @@ class BudgetTracker:
 
 
 @attrs.frozen(kw_only=True, slots=False)
-class Request:
-    """A user turn's input. ``prompt`` is text or blocks; budgets are optional."""
+class Request(Checked):
+    """A user turn's input. ``prompt`` is text or blocks; budgets are optional. Checked when
+    built (M-TYPE-1)."""
 
     prompt: str | tuple[Block, ...]
     token_budget: int | None = None
@@ -136,8 +139,9 @@ class Request:
 
 
 @attrs.frozen(kw_only=True, slots=False)
-class Session:
-    """What carries from one user turn to the next (R-SESSION-1)."""
+class Session(Checked):
+    """What carries from one user turn to the next (R-SESSION-1). Checked when built
+    (M-TYPE-1)."""
 
     conversation: Conversation = attrs.field(factory=Conversation.empty)
     model: str | None = None  # a sticky fallback model, once switched

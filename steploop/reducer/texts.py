@@ -23,6 +23,8 @@ __all__ = [
     "INTERRUPTED_RESULT",
     "INTERRUPTED_TOOL_RESULT",
     "REJECTED_RESULT",
+    "USAGE_LIMIT_PREFIX",
+    "api_error_text",
     "error_category",
     "interrupted_result",
     "refusal_text",
@@ -84,6 +86,20 @@ CC_REFUSAL_SUGGESTION: Final = (
 )
 CC_REFUSAL_DEFAULT_MODEL: Final = "claude-sonnet-4-20250514"
 """The model for which Claude Code leaves out the suggestion to switch models."""
+
+
+USAGE_LIMIT_PREFIX: Final = "Claude AI usage limit reached"
+"""How the API words a subscription's usage limit (``Claude AI usage limit reached|<epoch>``),
+which Claude Code 1.0.x wrote as the API-error message's text, unprefixed (VER-6)."""
+
+
+def api_error_text(cfg: LoopConfig, kind: str, message: str) -> str:
+    """[R-TEXTS-1], [VER-6] the text of the API-error message of a failure the API explained
+    with ``message``: ``API Error: <message>``; under ``legacy.api_errors_1_0`` a usage-limit
+    message is the API's own text (1.0.x shows it, and the epoch after ``|``, as it came)."""
+    if cfg.legacy.api_errors_1_0 and message.startswith(USAGE_LIMIT_PREFIX):
+        return message
+    return f"API Error: {message or kind}"
 
 
 def rejected_result(cfg: LoopConfig, reason: str = "") -> str:

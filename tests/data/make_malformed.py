@@ -69,12 +69,12 @@ EVENT_TAGS = (
     "command_queued, compaction_failed, compaction_finished, interrupted, messages_inserted, "
     "model_block_received, "
     "model_call_failed, model_response_ended, permission_answered, stop_hooks_finished, "
-    "tool_finished, tool_use_summary_ready, wait_elapsed"
+    "tool_finished, tool_use_summary_ready, tools_refreshed, wait_elapsed"
 )
 EFFECT_TAGS = (
     "acknowledge_commands, ask_permission, call_model, cancel_compaction, cancel_model_call, "
-    "cancel_stop_hooks, cancel_tools, cancel_wait, compact, emit, finish, persist_tool_result, "
-    "run_stop_hooks, start_tool, summarize_tool_use, wait"
+    "cancel_refresh_tools, cancel_stop_hooks, cancel_tools, cancel_wait, compact, emit, finish, "
+    "persist_tool_result, refresh_tools, run_stop_hooks, start_tool, summarize_tool_use, wait"
 )
 TERMINAL_TAGS = (
     "aborted_streaming, aborted_tools, blocking_limit, completed, hook_stopped, image_error, "

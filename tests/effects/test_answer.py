@@ -187,6 +187,7 @@ def test_a_counterfactual_scripted_answer_goes_through_the_layer(tmp_path: Path)
 WORLDS = (
     "steploop/effects/run.py",
     "steploop/effects/temporal/activities.py",
+    "steploop/effects/temporal/turn.py",
     "steploop/effects/temporal/workflow.py",
     "steploop/effects/trace/counterfactual.py",
     "steploop/effects/trace/resume.py",

@@ -176,7 +176,9 @@ async def test_thinking_block_keeps_signature(server: MessagesServer, sdk: Any) 
             usage=USAGE,
         )
     )
-    events = await collect(model_client(sdk, thinking=2048), PROMPT)
+    events = await collect(
+        model_client(sdk), call(user("u1", "Hello there"), max_tokens=4096, thinking_budget=2048)
+    )
     assert events == [
         block(ThinkingBlock(thinking="Let me think step by step.", signature="sig-abc==")),
         block(TextBlock(text="Answer.")),
@@ -534,7 +536,8 @@ async def test_non_streaming_call_yields_blocks_then_end(server: MessagesServer,
         )
     )
     events = await collect(
-        model_client(sdk, thinking=1024), call(user("u1", "hi"), streaming=False)
+        model_client(sdk),
+        call(user("u1", "hi"), streaming=False, max_tokens=2048, thinking_budget=1024),
     )
     assert events == [
         block(ThinkingBlock(thinking="t", signature="sig")),
@@ -715,7 +718,7 @@ def test_build_request_sends_thinking_only_when_configured() -> None:
         assistant("a3", "r1", TextBlock(text="ok")),
         user("u1", "more"),
     ]
-    on = build_request(call(*messages), thinking=4096)
+    on = build_request(call(*messages, max_tokens=8192, thinking_budget=4096))
     assert on["messages"][1]["content"][:2] == [
         {"type": "thinking", "thinking": "plan", "signature": "s"},
         {"type": "redacted_thinking", "data": "xx"},
@@ -733,7 +736,7 @@ def test_build_request_breakpoints_without_tools_and_after_thinking() -> None:
         assistant("a1", "r1", TextBlock(text="partial")),
         assistant("a2", "r1", ThinkingBlock(thinking="t", signature="s")),
     ]
-    request = build_request(call(*messages), system=SYSTEM, thinking=1024)
+    request = build_request(call(*messages, max_tokens=2048, thinking_budget=1024), system=SYSTEM)
     assert request["system"] == [{"type": "text", "text": SYSTEM, "cache_control": EPHEMERAL}]
     assert "tools" not in request
     assert request["messages"][-1]["content"] == [
@@ -772,18 +775,15 @@ async def test_build_request_is_deterministic(sdk: Any) -> None:
         assistant("a1", "r1", ToolUseBlock(id="t", name="Write", input={"b": 1, "a": [2]})),
         user("u1", ToolResultBlock(tool_use_id="t", content="ok")),
         task_budget=TaskBudget(total=10, remaining=5),
+        thinking_budget=512,
     )
-    dumps = [
-        json.dumps(build_request(effect, system=SYSTEM, tools=TOOLS, thinking=512))
-        for _ in range(3)
-    ]
+    dumps = [json.dumps(build_request(effect, system=SYSTEM, tools=TOOLS)) for _ in range(3)]
     assert len(set(dumps)) == 1
     client = AnthropicModelClient(
         sdk,
         system=SYSTEM,
         tools=TOOLS,
         traits_for=TraitsLog(),
-        thinking=512,
     )
     assert json.dumps(client.build_request(effect)) == dumps[0]
 

@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +42,29 @@ from steploop.effects.scripted import ScriptedModel
 from steploop.effects.temporal import cli as temporal_cli
 from steploop.effects.temporal.activities import ByCallId, Ledger, SteploopActivities
 from steploop.effects.temporal.client import (
+    fetch_histories,
     replayer,
     start_turn,
     turn_input,
     worker,
 )
-from steploop.effects.temporal.sink import TraceDiverged, TraceSink
+from steploop.effects.temporal.history import check_histories, turn_traces
+from steploop.effects.temporal.options import ActivityOptions
+from steploop.effects.temporal.sink import TraceDiverged, TraceGap, append_at
+from steploop.effects.temporal.turn import SteploopTurn
 from steploop.effects.temporal.workflow import TurnResult, TurnWorkflow
 from steploop.effects.tools import ToolRegistry, builtin_tools
 from steploop.effects.trace import StepRecord, TraceReader, replay_exact
 from steploop.effects.trace_cli import main as trace_cli
 from steploop.reducer.events import ModelCallFailed, ToolFinished, WaitElapsed
 from steploop.reducer.protocol import Ledger as ProtocolLedger
-from tests.support.temporal_world import activities_for, time_skipping
+from tests.support.temporal_world import (
+    activities_for,
+    file_activity,
+    replay_executor,
+    time_skipping,
+    unexpected,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXED = {"created_at": "2026-01-01T00:00:00Z"}
@@ -93,31 +104,34 @@ async def finish(handle: WorkflowHandle[TurnWorkflow, TurnResult]) -> TurnResult
     return await asyncio.wait_for(handle.result(), RESULT_TIMEOUT_S)
 
 
+QUICK = {"tools": ActivityOptions(heartbeat_s=1.0)}
+"""Tools whose lost worker is noticed within a second."""
+LOST = timedelta(seconds=1)
+"""A workflow task a lost worker held goes to another after a second (10 s by default)."""
+
+
 async def check_determinism(
-    client: Client, handle: WorkflowHandle[Any, Any], trace: Path
+    client: Client, handle: WorkflowHandle[Any, Any], trace: Path | None, store: Path
 ) -> list[Any]:
     """Both checks: Temporal's Replayer over every run's history (following continue-as-new),
-    steploop's exact replay over the trace. Returns the histories."""
-    histories = []
-    run_id = handle.first_execution_run_id
-    while run_id is not None:
-        h = client.get_workflow_handle(handle.id, run_id=run_id)
-        history = await h.fetch_history()
-        histories.append(history)
-        last = history.events[-1]
-        attrs = last.workflow_execution_continued_as_new_event_attributes
-        run_id = (
-            attrs.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else None
-        )
-    rp = replayer(data_converter=client.data_converter)
-    for history in histories:
-        await rp.replay_workflow(history)
-    report = replay_exact(trace)
-    assert report.ok, report.describe()
-    assert report.complete
-    assert kept_the_protocol(trace) == []
+    with no file read or written but the payload store's; steploop's exact replay over the
+    trace the histories hold, which is the trace the activity wrote. Returns the histories."""
+    histories = await fetch_histories(client, handle.id)
+    rp = replayer(data_converter=client.data_converter, workflow_task_executor=replay_executor())
+    with file_activity() as opened:
+        for history in histories:
+            await rp.replay_workflow(history)
+    assert unexpected(opened, store, store.parent) == []  # the tests' temporary files
+    report = await check_histories(histories, data_converter=client.data_converter)
+    assert report.ok, report.problems
+    (recorded,) = await turn_traces(histories, client.data_converter)
+    assert recorded.problem is None
+    if trace is not None:
+        assert trace.read_text(encoding="utf-8") == recorded.text
+        result = replay_exact(trace)
+        assert result.ok, result.describe()
+        assert result.complete
+        assert kept_the_protocol(trace) == []
     return histories
 
 
@@ -146,7 +160,7 @@ def unique(prefix: str) -> str:
 
 @pytest.mark.anyio
 async def test_the_walk_through_runs_as_a_workflow(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """The demo's three model calls and two tools, the real built-in tools on a copy of the
     sample project; the Edit's permission answered by an update; the trace the workflow wrote
@@ -183,7 +197,7 @@ async def test_the_walk_through_runs_as_a_workflow(
     assert not result.api_error and temporal_cli.turn_exit_code(result) == 0
     assert "if (!userId) return" in (ws / "src/auth/validate.ts").read_text()
     assert [i["type"] for i in items][:2] == ["user", "assistant"] and len(items) == 8
-    await check_determinism(env.client, handle, trace)
+    await check_determinism(env.client, handle, trace, blobs)
     out = io.StringIO()
     assert trace_cli(["replay", str(trace)], out) == 0
     assert "replayed exactly" in out.getvalue() and "terminal completed" in out.getvalue()
@@ -191,7 +205,7 @@ async def test_the_walk_through_runs_as_a_workflow(
 
 @pytest.mark.anyio
 async def test_wait_is_a_durable_timer_the_test_server_skips(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """An overloaded answer with retry-after one hour: the machine's Wait is a workflow timer,
     skipped by the test server in no time; the trace shows the hour on the workflow's clock."""
@@ -208,7 +222,7 @@ async def test_wait_is_a_durable_timer_the_test_server_skips(
         result = await finish(handle)
     assert time.monotonic() - t0 < 30
     assert result.terminal == {"type": "completed"}
-    histories = await check_determinism(env.client, handle, trace)
+    histories = await check_determinism(env.client, handle, trace, blobs)
     assert any(e.HasField("timer_started_event_attributes") for e in histories[0].events)
     events = [r.event for r in TraceReader(trace) if isinstance(r, StepRecord) and r.event]
     failed = next(e for e in events if isinstance(e, ModelCallFailed))
@@ -219,7 +233,7 @@ async def test_wait_is_a_durable_timer_the_test_server_skips(
 @pytest.mark.spec("CLI-1")
 @pytest.mark.anyio
 async def test_a_turn_that_ends_on_an_api_error_exits_3(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """No retries left: the turn ends completed on an API-error message; the result says so,
     and `temporal start` exits 3 for it, as `steploop run` does."""
@@ -237,12 +251,12 @@ async def test_a_turn_that_ends_on_an_api_error_exits_3(
         result = await finish(handle)
     assert result.terminal == {"type": "completed"} and result.api_error
     assert temporal_cli.turn_exit_code(result) == 3
-    await check_determinism(env.client, handle, trace)
+    await check_determinism(env.client, handle, trace, blobs)
 
 
 @pytest.mark.anyio
 async def test_safe_tools_run_concurrently_and_are_stepped_in_completion_order(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """Three concurrency-safe calls in one response run as concurrent activities (the second
     finishes only once the other two have started), finishing in the order second, third,
@@ -282,7 +296,7 @@ async def test_safe_tools_run_concurrently_and_are_stepped_in_completion_order(
         if b["type"] == "tool_result"
     ]
     assert results == ["toolu_001", "toolu_002", "toolu_003"]
-    await check_determinism(env.client, handle, trace)
+    await check_determinism(env.client, handle, trace, blobs)
 
 
 @pytest.mark.anyio
@@ -312,11 +326,11 @@ async def test_large_payloads_go_by_reference_and_long_turns_continue_as_new(
         handle = await start_turn(env.client, inp, workflow_id=unique("long"), task_queue=queue)
         result = await finish(handle)
     assert result.terminal == {"type": "completed"} and result.runs == 3
-    histories = await check_determinism(env.client, handle, trace)
+    histories = await check_determinism(env.client, handle, trace, blobs)
     assert len(histories) == 3
     for history in histories:
         assert len(history.to_json()) < 100_000  # the 300 KB result is nowhere inline
-    assert any(blobs.iterdir())
+    assert any((blobs / "objects").iterdir())
     report = replay_exact(trace)
     assert report.resumes == 2 and report.terminal is not None
     # the transitions the steps passed, each once: a continued run's first step passes none
@@ -332,7 +346,7 @@ async def test_large_payloads_go_by_reference_and_long_turns_continue_as_new(
 
 @pytest.mark.anyio
 async def test_interrupts_and_queued_commands_are_signals(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """A queued command (signal) is attached at the next tool round and acknowledged at the
     end; an interrupt (signal) cancels the running tool whose interrupt behaviour is cancel,
@@ -346,7 +360,7 @@ async def test_interrupts_and_queued_commands_are_signals(
             permissions=PermissionPolicy(default="allow"),
             trace_path=trace,
             provenance=FIXED,
-            heartbeat_s=1.0,
+            activities=QUICK,
         )
         handle = await start_turn(env.client, inp, workflow_id=unique("int"), task_queue=queue)
         await handle.signal(TurnWorkflow.queue_command, args=["cmd-1", "also check the tests"])
@@ -362,12 +376,12 @@ async def test_interrupts_and_queued_commands_are_signals(
     assert "Hang toolu_002 done" not in log.read_text()  # cancelled, never finished
     text = trace.read_text()
     assert "also check the tests" in text  # the command reached the conversation
-    await check_determinism(env.client, handle, trace)
+    await check_determinism(env.client, handle, trace, blobs)
 
 
 @pytest.mark.anyio
 async def test_a_killed_worker_loses_nothing_and_repeats_no_finished_tool(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """Worker A (a process of its own) runs the first tool, then the second, puts the second's
     result in the ledger and dies before reporting it. Worker B (here) takes over: it replays
@@ -392,6 +406,8 @@ async def test_a_killed_worker_loses_nothing_and_repeats_no_finished_tool(
             str(tmp_path),
             "--die-after-ledger",
             "toolu_002",
+            "--store",
+            str(blobs),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -409,10 +425,11 @@ async def test_a_killed_worker_loses_nothing_and_repeats_no_finished_tool(
             permissions=PermissionPolicy(default="allow"),
             trace_path=trace,
             provenance=FIXED,
-            heartbeat_s=1.0,
-            tool_attempts=3,
+            activities=QUICK,
         )
-        handle = await start_turn(env.client, inp, workflow_id=unique("kill"), task_queue=queue)
+        handle = await start_turn(
+            env.client, inp, workflow_id=unique("kill"), task_queue=queue, task_timeout=LOST
+        )
         code = await asyncio.to_thread(proc.wait, RESULT_TIMEOUT_S)
         assert code == 17  # died between the ledger and the report
     finally:
@@ -436,8 +453,8 @@ async def test_a_killed_worker_loses_nothing_and_repeats_no_finished_tool(
         "Change toolu_002 done",
     ]
     steps = [r.i for r in TraceReader(trace) if isinstance(r, StepRecord)]
-    assert steps == list(range(len(steps))) and len(steps) > steps_by_a > 0
-    await check_determinism(env.client, handle, trace)
+    assert steps == list(range(len(steps))) and len(steps) > steps_by_a
+    await check_determinism(env.client, handle, trace, blobs)
 
 
 @pytest.mark.spec("W-DRIVE-2")
@@ -449,10 +466,8 @@ def test_an_answer_the_inbox_holds_is_dropped_when_its_request_is_withdrawn() ->
     from steploop.reducer.effects import CancelTools
     from steploop.reducer.events import Interrupted
 
-    wf = TurnWorkflow()
-    wf._inp = turn_input("go")
-    wf._config = LoopConfig()
-    state, _ = start(Request(prompt="go"), wf._config)
+    wf = SteploopTurn(turn_input("go"))
+    state, _ = start(Request(prompt="go"), LoopConfig())
     done = [ToolFinished(generation=1, tool_use_id=t, content="ok", at_ms=5) for t in ("t1", "t2")]
     interrupt = Interrupted(kind="hard", at_ms=6)
     wf._inbox.extend([done[0], interrupt, done[1]])
@@ -475,13 +490,21 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
     """``steploop temporal start`` with no worker running: the turn waits, durably; then
     ``steploop temporal worker --demo`` comes up and runs it, a run per round
     (``--rounds-per-run 1``); start follows it run by run, prints every item and the terminal,
-    and the trace replays exactly from the command line. Both are processes of
-    their own, as a user runs them."""
+    and the trace replays exactly from the command line. Both are processes of their own, as a
+    user runs them, each in a directory of its own, with the default store (payloads from
+    4 KB on go there): the store is one absolute directory whatever the working directory."""
     steploop = str(Path(sys.executable).parent / "steploop")
     address = env.client.service_client.config.target_host
     queue = unique("q")
-    common = ["--address", address, "--task-queue", queue, "--store", str(tmp_path / "store")]
-    trace = tmp_path / "demo.jsonl"
+    common = ["--address", address, "--task-queue", queue, "--threshold", "4096"]
+    home = tmp_path / "home"
+    environ = {
+        k: v for k, v in os.environ.items() if k not in ("XDG_DATA_HOME", "STEPLOOP_TEMPORAL_STORE")
+    }
+    environ["HOME"] = str(home)
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
     start = subprocess.Popen(
         [
             steploop,
@@ -491,35 +514,45 @@ async def test_the_commands_run_the_demo_durably(env: WorkflowEnvironment, tmp_p
             *common,
             "--yes",
             "--trace",
-            str(trace),
+            "demo.jsonl",
             "--rounds-per-run",
             "1",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=here,
+        env=environ,
     )
     await asyncio.sleep(1.0)  # the turn is started and waits for a worker
     assert start.poll() is None
     ws = tmp_path / "project"
     shutil.copytree(SAMPLE_PROJECT, ws)
-    work = subprocess.Popen(
-        [steploop, "temporal", "worker", "--demo", "--workspace", str(ws), *common],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with (tmp_path / "worker.err").open("w") as errors:
+        work = subprocess.Popen(
+            [steploop, "temporal", "worker", "--demo", "--workspace", str(ws), *common],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            cwd=there,
+            env=environ,
+        )
     try:
         out, err = await asyncio.to_thread(start.communicate, None, RESULT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError((tmp_path / "worker.err").read_text()) from None
     finally:
         work.kill()
         work.wait()
         if start.poll() is None:
             start.kill()
             start.wait()
-    assert start.returncode == 0, err
+    assert start.returncode == 0, err + (tmp_path / "worker.err").read_text()
     assert len([line for line in out.splitlines() if line.startswith("  ")]) == 8
     assert "assistant → Edit(" in out and "══ terminal: completed  (14 steps, 3 run(s))" in out
     assert "if (!userId) return" in (ws / "src/auth/validate.ts").read_text()
+    stored = home / ".local" / "share" / "steploop" / "temporal" / "payloads" / "objects"
+    assert any(stored.glob("*/*"))
+    trace = here / "demo.jsonl"
     replay = subprocess.run([steploop, "replay", str(trace)], capture_output=True, text=True)
     assert replay.returncode == 0 and "replayed exactly: 14 steps" in replay.stdout
 
@@ -533,7 +566,7 @@ def test_the_temporal_commands_say_what_is_wrong(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and bad.stderr.endswith(
-        "exists: the workflow writes a new trace there\n"
+        "exists: the turn's trace is written there\n"
     )
     down = subprocess.run(
         [steploop, "temporal", "start", "go", "--address", "127.0.0.1:1", "--store", str(tmp_path)],
@@ -592,17 +625,17 @@ def test_start_asks_again_while_no_worker_answers() -> None:
             raise a
         return a
 
-    got = asyncio.run(temporal_cli._patiently(call, told.append, pause_s=0))
+    got = asyncio.run(temporal_cli.patiently(call, told.append, pause_s=0))
     assert got == ["the items"] and not answers
     assert told == ["Timeout expired", "h2 protocol error: http2 error", told[2]]
     answers[:] = [RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")]
     with pytest.raises(RPCError):
-        asyncio.run(temporal_cli._patiently(call, told.append, pause_s=0))
+        asyncio.run(temporal_cli.patiently(call, told.append, pause_s=0))
 
 
 @pytest.mark.anyio
 async def test_a_worker_of_another_version_leaves_the_turn_alone(
-    env: WorkflowEnvironment, tmp_path: Path
+    env: WorkflowEnvironment, tmp_path: Path, blobs: Path
 ) -> None:
     """A turn started by another steploop version: this worker fails its workflow task
     (Temporal retries it, for a worker of that version to take) and never steps it."""
@@ -630,24 +663,23 @@ async def test_a_worker_of_another_version_leaves_the_turn_alone(
     assert not (tmp_path / "runs.log").exists()
 
 
-def test_the_sink_writes_each_step_once_and_checks_the_rest(tmp_path: Path) -> None:
+@pytest.mark.spec("TEMPORAL-IO-1")
+def test_a_part_of_the_trace_is_written_once_at_its_place(tmp_path: Path) -> None:
+    """The trace activity's file: a part sent again (a retry) is checked and not written
+    twice; a partial last line (a worker killed mid-write) is cut and written again; a part
+    whose place the file does not reach (the part before went to another host), or that
+    differs from what the file holds, leaves the file alone."""
     path = tmp_path / "t.jsonl"
-    first = TraceSink(path)
-    first.write('{"a":1}\n')
-    first.write('{"b":2}\n')
+    append_at(path, 0, '{"a":1}\n')
+    append_at(path, 8, '{"b":2}\n')
     with path.open("a") as f:
         f.write('{"c":')  # a worker killed mid-line
-    again = TraceSink(path)  # the workflow code runs again from the start
-    assert not again.checked
-    again.write('{"a":1}\n{"b":2}\n')
-    assert again.checked
-    again.write('{"c":3}\n')
+    append_at(path, 0, '{"a":1}\n')  # a retried first part
+    append_at(path, 16, '{"c":3}\n')
+    append_at(path, 8, '{"b":2}\n')  # a retried middle part: nothing moves
     assert path.read_text() == '{"a":1}\n{"b":2}\n{"c":3}\n'
-    other = TraceSink(path)
-    with pytest.raises(TraceDiverged, match=r"at byte 5: recorded b'\{\"a\":1\}"):
-        other.write('{"a":9}\n')
-    later = TraceSink(path, offset=8)  # a run continued as new, after the first line
-    later.write('{"b":2}\n{"c":3}\n{"d":4}\n')
-    assert path.read_text().endswith('{"d":4}\n')
-    with pytest.raises(TraceDiverged, match="runs before produced 999"):
-        TraceSink(path, offset=999)
+    with pytest.raises(TraceDiverged, match=r"at byte 5: held b'\{\"a\":1\}"):
+        append_at(path, 0, '{"a":9}\n')
+    with pytest.raises(TraceGap, match="holds 24 bytes but this part starts at byte 99"):
+        append_at(path, 99, '{"z":0}\n')
+    assert path.read_text() == '{"a":1}\n{"b":2}\n{"c":3}\n'

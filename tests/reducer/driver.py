@@ -6,6 +6,10 @@ transitions a step passed through) and is checked against the world protocol
 never opened, withdrew or already closed may be fed (tests feed late answers on purpose), but the
 machine must refuse it (``IllegalEvent``) or ignore it (the same state, no effect); a machine that
 acts on it fails the test that fed it.
+
+A ``RefreshTools`` (R-REFRESH-1, the 2.1.88 and full profiles) is answered at once, as a world
+with a fixed tool list does (``auto_refresh=False`` leaves it to the test): the effects of the
+answer's step follow the refresh in what :meth:`Driver.feed` returns.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from steploop.reducer.effects import (
     Effect,
     Emit,
     Finish,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     Wait,
@@ -31,6 +36,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolTraits,
 )
 from steploop.reducer.machine import advance, begin
@@ -66,9 +72,11 @@ class Driver:
         cfg: LoopConfig,
         prompt: str = "do the thing",
         session: Session | None = None,
+        auto_refresh: bool = True,
         **request: Any,
     ) -> None:
         self.cfg = cfg
+        self.auto_refresh = auto_refresh
         self.state, fx, passed = begin(Request(prompt=prompt, **request), cfg, session)
         self.effects: list[Effect] = list(fx)
         self.last: tuple[Effect, ...] = fx
@@ -95,6 +103,11 @@ class Driver:
         self.effects.extend(fx)
         self.transitions.extend(passed)
         self.last = fx
+        if self.auto_refresh:
+            for effect in fx:
+                if isinstance(effect, RefreshTools):  # the tool list, read at once
+                    fx = (*fx, *self.feed(ToolsRefreshed(call_id=effect.call_id)))
+                    self.last = fx
         return fx
 
     # --- convenience -------------------------------------------------------------------

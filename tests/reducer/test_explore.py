@@ -60,18 +60,18 @@ def explore_with_keys(cfg: LoopConfig) -> tuple[Report, set[Any], float]:
     import steploop.reducer.explore.state_graph as explore_module
 
     keys: set[Any] = set()
-    real = explore_module._Graph.add
+    real = explore_module.Graph.add
 
     def add(self: Any, key: Any, *a: Any, **k: Any) -> int:
         keys.add(key)
         return real(self, key, *a, **k)
 
-    explore_module._Graph.add = add  # type: ignore[method-assign]
+    explore_module.Graph.add = add  # type: ignore[method-assign]
     t0 = time.process_time()
     try:
         rep = explore(cfg)
     finally:
-        explore_module._Graph.add = real  # type: ignore[method-assign]
+        explore_module.Graph.add = real  # type: ignore[method-assign]
     return rep, keys, time.process_time() - t0
 
 

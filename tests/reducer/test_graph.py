@@ -174,7 +174,7 @@ def _spec_ids() -> set[str]:
 def test_the_round_end_ladder_is_the_reference_order() -> None:
     """PTL -> media -> MOT -> API-error exit -> pause_turn resume -> stop hooks -> token budget
     -> completed, each rung naming a rule of specs/; the tool-use path: hook_stopped ->
-    max_turns -> next_turn."""
+    the tool list refreshed (gated, it waits) -> max_turns -> next_turn."""
     assert [r.name for r in ROUND_END] == [
         "prompt-too-long ladder",
         "media ladder",
@@ -187,7 +187,8 @@ def test_the_round_end_ladder_is_the_reference_order() -> None:
     ]
     assert [r.waits for r in ROUND_END].count(True) == 1 and ROUND_END[5].waits
     deciding = [r.name for r in TOOL_ROUND_END if r.exits]
-    assert deciding == ["hook_stopped", "max_turns", "next_turn"]
+    assert deciding == ["hook_stopped", "tool list refreshed", "max_turns", "next_turn"]
+    assert [r.name for r in TOOL_ROUND_END if r.waits] == ["tool list refreshed"]
     ids = _spec_ids()
     rules = [r.rule for r in (*ROUND_END, *TOOL_ROUND_END)] + [r.rule for r in RESETS]
     assert set(rules) <= ids, set(rules) - ids

@@ -117,11 +117,12 @@ def tool_round(d: Driver, tid: str, content: str, out_usage: Usage) -> tuple[Any
     return d.finish_tool(tid, content)
 
 
-def rounds(d: Driver, n: int, last_input: int) -> tuple[Any, ...]:
-    """``n`` tool rounds of one 8,000-char result each (2,002 tokens a segment)."""
+def rounds(d: Driver, n: int, last_input: int, first: int = 1) -> tuple[Any, ...]:
+    """``n`` tool rounds of one 8,000-char result each (2,002 tokens a segment), their ids
+    ``t<first>`` on (an id is never reused: B-MODEL-2)."""
     fx: tuple[Any, ...] = ()
-    for i in range(1, n + 1):
-        use = Usage(input_tokens=last_input if i == n else 1_000, output_tokens=0)
+    for i in range(first, first + n):
+        use = Usage(input_tokens=last_input if i == first + n - 1 else 1_000, output_tokens=0)
         fx = tool_round(d, f"t{i}", "x" * 8_000, use)
     return fx
 
@@ -518,7 +519,7 @@ def test_a_second_collapse_replaces_the_earlier_stub() -> None:
     cfg = small(history_snip=False, auto_compact=False)
     d = Driver(cfg)
     rounds(d, 5, 36_500)  # first collapse: 2 messages folded
-    fx = rounds(d, 3, 36_500)  # over the threshold again: second collapse
+    fx = rounds(d, 3, 36_500, first=6)  # over the threshold again: second collapse
     sent = of(fx, CallModel)[0].conversation.messages()
     stubs = [m for m in sent if isinstance(m, UserMessage) and m.origin == "collapse"]
     assert len(stubs) == 1

@@ -934,7 +934,7 @@ def test_the_backoff_doubles_through_attempt_31_under_a_high_cap() -> None:
     """With a cap high enough, the delay is base * 2^(attempt-1) for every attempt up to 31
     (2^30 ms); from there the doubling stops (the shift is bounded), it never shrinks."""
     # kills: RetryPolicy.delay_ms | const | return min(self.base_delay_ms * (1 << min(attempt - 1, 30)), self.max_delay_ms) | 30 -> 29
-    p = RetryPolicy(max_retries=40, base_delay_ms=1, max_delay_ms=2**40)
+    p = RetryPolicy(max_retries=40, base_delay_ms=1, max_delay_ms=2**34)  # under the limit of a year (P-CONFIG-3)
     assert [p.delay_ms(n, None) for n in range(1, 32)] == [2 ** (n - 1) for n in range(1, 32)]
     assert p.delay_ms(32, None) == p.delay_ms(40, None) == 2**30
 

@@ -55,8 +55,8 @@ from steploop.reducer.explore import (
     catalogue,
     explore,
 )
-from steploop.reducer.explore.cycles import _Analysis
-from steploop.reducer.explore.state_graph import _Graph
+from steploop.reducer.explore.cycles import Analysis
+from steploop.reducer.explore.state_graph import Graph
 from steploop.reducer.machine import MOT_NUDGE, advance
 from steploop.reducer.messages import (
     AssistantMessage,
@@ -298,6 +298,22 @@ def test_stop_hooks_after_an_api_error_fire() -> None:
     done = attrs.evolve(s, phase="done", transition=Completed())
     _, ex, bad = inv.check(None, obs(s, ev, (Emit(item=err), Finish(terminal=Completed())), done))
     assert bad is None and ex
+
+
+@pytest.mark.spec("INV-6", "VER-1")
+def test_stop_hooks_after_an_api_error_are_no_violation_before_the_guard() -> None:
+    """Under a version that ran stop hooks after an API error (VER-1) the invariant does not
+    apply: the same step is no violation."""
+    from steploop.reducer import claude_code
+
+    inv = NoHooksAfterApiError()
+    s = streaming()
+    err = api_error("auth")
+    hooks = RunStopHooks(hooks_id=1, conversation=s.conversation, stop_hook_active=False)
+    ev = ModelCallFailed(call_id=s.round.call_id, kind="auth")
+    legacy = claude_code("2.1.56")
+    assert inv.check(None, obs(s, ev, (Emit(item=err), hooks), s, legacy))[2] is None
+    assert inv.check(None, obs(s, ev, (Emit(item=err), hooks), s))[2] is not None
 
 
 @pytest.mark.spec("INV-6")
@@ -554,8 +570,8 @@ def test_nothing_after_finish_holds() -> None:
 # --- INV-13 -----------------------------------------------------------------------------------
 
 
-def _graph(edges: dict[int, list[tuple[int, str, int, int]]]) -> _Graph:
-    g = _Graph(CFG, Request(prompt="go"), None)
+def _graph(edges: dict[int, list[tuple[int, str, int, int]]]) -> Graph:
+    g = Graph(CFG, Request(prompt="go"), None)
     s = streaming()
     for n in range(len(edges)):
         g.add(("n", n), s, (), n - 1, None, n, n)
@@ -572,12 +588,12 @@ def test_progress_free_cycle_analysis_on_a_hand_made_graph() -> None:
     from steploop.reducer.explore import World
 
     spin = _graph({0: [(1, "a", 1, 0)], 1: [(2, "b", 0, 0)], 2: [(1, "c", 1, 0)]})
-    a = _Analysis(spin, CFG, World(), None)
+    a = Analysis(spin, CFG, World(), None)
     entry, labels = a.progress_free_lasso() or (None, [])
     assert entry == 1 and labels == ["b", "c"]
     assert a.longest_progress_free() == (None, None)
     calm = _graph({0: [(1, "a", 1, 0)], 1: [(2, "b", 0, 1)], 2: [(1, "c", 2, 0)]})
-    a = _Analysis(calm, CFG, World(), None)
+    a = Analysis(calm, CFG, World(), None)
     assert a.progress_free_lasso() is None
     # 2 → 1 answers twice, then 1 → 2 is progress: two answers at most
     assert a.longest_progress_free() == (2, (2, ["c"]))

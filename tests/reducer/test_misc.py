@@ -37,6 +37,7 @@ from steploop.reducer.effects import (
     CallModel,
     CancelCompaction,
     CancelModelCall,
+    CancelRefreshTools,
     CancelStopHooks,
     CancelTools,
     CancelWait,
@@ -45,6 +46,7 @@ from steploop.reducer.effects import (
     Emit,
     Finish,
     PersistToolResult,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -64,6 +66,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolTraits,
     ToolUseSummaryReady,
     WaitElapsed,
@@ -679,6 +682,7 @@ EVENTS: list[Any] = [
     MessagesInserted(
         messages=(UserMessage(id="x1", content=(TextBlock(text="expanded"),), is_meta=True),)
     ),
+    ToolsRefreshed(call_id=2, tools=("Read", "mcp__s__t"), digest="0123456789abcdef", at_ms=4),
 ]
 
 EFFECTS: list[Any] = [
@@ -704,6 +708,8 @@ EFFECTS: list[Any] = [
     PersistToolResult(tool_use_id="t1", content="big"),
     SummarizeToolUse(summary_id=1, tool_use_ids=("t1",), conversation=_conv()),
     AcknowledgeCommands(command_ids=("c1",)),
+    RefreshTools(call_id=2),
+    CancelRefreshTools(call_id=2),
     Emit(item=Tombstone(message_id="m2")),
     Emit(item=ToolUseSummary(summary="s", preceding_tool_use_ids=("t1",))),
     Emit(
@@ -899,6 +905,9 @@ def _run(
     out = [(state, fx)]
     for make in events:
         state, fx = step(state, make(state), cfg)
+        if state.phase == "refreshing_tools":  # [R-REFRESH-1] the list, read at once
+            state, more = step(state, ToolsRefreshed(call_id=state.round.call_id), cfg)
+            fx = (*fx, *more)
         out.append((state, fx))
     return out
 

@@ -1,6 +1,6 @@
 """Every phase × every event class: step() answers or raises exactly IllegalEvent.
 
-One reachable state per phase is built through start()/step(); each of the 12 event classes
+One reachable state per phase is built through start()/step(); each of the 14 event classes
 is fed in several plausible variants (ids of the current round, of an earlier one, and ids
 never issued). The invariants pinned:
 
@@ -45,6 +45,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolTraits,
     ToolUseSummaryReady,
     WaitElapsed,
@@ -66,8 +67,11 @@ UNSAFE = ToolTraits(concurrency_safe=False, interrupt="block")
 U = Usage(input_tokens=100, output_tokens=10)
 BIG = Usage(input_tokens=185_000, output_tokens=10)
 
-# tool-use summaries on, so ToolUseSummaryReady has real ids to match or miss
-CFG: LoopConfig = default().with_overrides({"gates.tool_use_summaries": True})
+# tool-use summaries on, so ToolUseSummaryReady has real ids to match or miss; the tool-list
+# refresh on, so every tool round passes through refreshing_tools [R-REFRESH-1]
+CFG: LoopConfig = default().with_overrides(
+    {"gates.tool_use_summaries": True, "gates.tool_refresh": True}
+)
 
 
 class _Run:
@@ -88,13 +92,16 @@ class _Run:
         g = self.s.round.generation
         self(PermissionAnswered(generation=g, tool_use_id=tid, decision="allow"))
 
-    def tool_round(self, tid: str, u: Usage = U) -> None:
+    def tool_round(self, tid: str, u: Usage = U, refresh: bool = True) -> None:
         self.block(ToolUseBlock(id=tid, name="Read", input={"file_path": f"{tid}.ts"}), SAFE)
         self.allow(tid)
         self.end("tool_use", u)
         g = self.s.round.generation
         self(ToolFinished(generation=g, tool_use_id=tid, content="contents"))
-        assert self.s.phase in ("streaming", "compacting")
+        assert self.s.phase == "refreshing_tools"
+        if refresh:
+            self(ToolsRefreshed(call_id=self.s.round.call_id, tools=("Read",), digest="d"))
+            assert self.s.phase in ("streaming", "compacting")
 
 
 @functools.cache
@@ -118,6 +125,8 @@ def reach(phase: str) -> LoopState:
             r(Interrupted(kind="submit"))
     elif phase == "reactive_compacting":
         r(ModelCallFailed(call_id=r.s.round.call_id, kind="prompt_too_long"))
+    elif phase == "refreshing_tools":
+        r.tool_round("toolu_r", refresh=False)
     elif phase in ("stop_hooks", "done"):
         r.block(TextBlock(text="Fixed."))
         r.end()
@@ -239,6 +248,12 @@ def variants(s: LoopState, cls: type) -> list[tuple[str, Event]]:
         ]
     if cls is CommandQueued:
         return [("cur", CommandQueued(command_id="cmd_1", text="also update the docs"))]
+    if cls is ToolsRefreshed:
+        return [
+            ("cur", ToolsRefreshed(call_id=call, tools=("Read",), digest="d")),
+            ("old", ToolsRefreshed(call_id=call - 1)),
+            ("new", ToolsRefreshed(call_id=call + 1)),
+        ]
     if cls is MessagesInserted:
         att = UserMessage(id="ins1", content=(TextBlock(text="expanded"),), is_meta=True)
         return [("cur", MessagesInserted(messages=(att,)))]
@@ -325,6 +340,7 @@ HARD_INTERRUPT_ENDS: dict[str, type] = {
     "draining": AbortedTools,  # I-4: the pending Terminal of the interrupted tools
     "reactive_compacting": AbortedStreaming,  # I-5
     "stop_hooks": StopHookPrevented,  # I-6
+    "refreshing_tools": AbortedTools,  # I-7
 }
 
 
@@ -358,7 +374,7 @@ def test_done_accepts_nothing() -> None:
 def test_table_covers_every_phase_and_only_known_events() -> None:
     """TABLE has a row per phase; its keys are event classes; the waits of each phase are
     answered by the event that phase waits for."""
-    assert len(EVENT_CLASSES) == 13
+    assert len(EVENT_CLASSES) == 14
     assert set(TABLE) == set(PHASES)
     for phase, row in TABLE.items():
         assert set(row) <= set(EVENT_CLASSES), phase
@@ -371,6 +387,7 @@ def test_table_covers_every_phase_and_only_known_events() -> None:
         "draining": {ToolFinished, PermissionAnswered},
         "reactive_compacting": {CompactionFinished, CompactionFailed},
         "stop_hooks": {StopHooksFinished},
+        "refreshing_tools": {ToolsRefreshed},
     }
     for phase, needed in waits.items():
         assert needed <= set(TABLE[phase]), phase
@@ -429,6 +446,7 @@ def test_ids_of_earlier_and_never_issued_calls(phase: str) -> None:
         ("reactive_compacting", lambda s: CompactionFailed(compact_id=s.ids.compact + 1)),
         ("waiting_retry", lambda s: WaitElapsed(wait_id=s.ids.wait + 1)),
         ("stop_hooks", lambda s: StopHooksFinished(hooks_id=s.ids.hooks + 1)),
+        ("refreshing_tools", lambda s: ToolsRefreshed(call_id=s.round.call_id - 1)),
     ],
 )
 def test_mismatched_pending_ids_are_illegal(phase: str, event: Any) -> None:

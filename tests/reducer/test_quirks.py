@@ -579,10 +579,11 @@ def test_q11_next_turn_keeps_stop_hook_active(flagged: bool, config: LoopConfig)
 
 @pytest.mark.spec("P-DEFAULT-1")
 def test_p_default_values() -> None:
-    """default(): every gate but summaries on, 8k cap, session breaker, cap 8, stripping, no flags."""
+    """default(): every gate but summaries and the tool-list refresh on, 8k cap, session breaker,
+    cap 8, stripping, no flags."""
     cfg = default()
     gates = attrs.asdict(cfg.gates)
-    assert {k for k, v in gates.items() if not v} == {"tool_use_summaries"}
+    assert {k for k, v in gates.items() if not v} == {"tool_use_summaries", "tool_refresh"}
     assert cfg.default_max_tokens == 8_000
     assert cfg.escalated_max_output_tokens == 64_000
     assert cfg.autocompact_breaker_scope == "session"

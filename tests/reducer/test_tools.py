@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from steploop.reducer import IllegalEvent, default
-from steploop.reducer.config import Gates
+from steploop.reducer.config import Compat, Gates
 from steploop.reducer.effects import (
     AskPermission,
     CallModel,
@@ -299,6 +299,23 @@ def test_sibling_cancellation_of_queued_calls_after_the_stream() -> None:
     fx = d.finish_tool("t1", "nope", is_error=True)
     assert not any(isinstance(e, CancelTools) for e in fx)
     assert d.state.round.slots[1].status == "running"
+
+
+@pytest.mark.spec("R-TOOL-7", "Q-3", "R-RETRY-5")
+def test_a_sibling_error_goes_with_the_blocks_q3_drops() -> None:
+    """Under Q-3 a later block drops the blocks before it: a sibling error of a dropped call
+    goes with them, so the next call is asked and run, and its own error is the round's."""
+    d = Driver(default(compat=Compat(sticky_streaming_fallback=True)))
+    d.feed(ModelCallFailed(call_id=d.call_id, kind="stream_broken"))
+    d.tool_use("t1", name="Bash", traits=SAFE_BASH, command="ls -la")
+    d.allow("t1")
+    d.finish_tool("t1", "exit 2", is_error=True)
+    assert d.state.round.sibling_error is not None
+    fx = d.tool_use("t2", name="Bash", traits=SAFE_BASH, command="make")  # Q-3: t1 dropped
+    assert d.state.round.sibling_error is None and asked(fx) == ["t2"]
+    d.allow("t2")
+    d.finish_tool("t2", "failed", is_error=True)
+    assert d.state.round.sibling_error == "Bash(make)"
 
 
 # --- R-TOOL-8 ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from steploop.reducer.effects import (
     Compact,
     Emit,
     Finish,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     TaskBudget,
@@ -41,6 +42,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolTraits,
 )
 from steploop.reducer.messages import (
@@ -292,7 +294,6 @@ def test_blocking_limit_after_failed_auto_compact_in_2_1_88() -> None:
     big = Usage(input_tokens=178_000, output_tokens=10)
     r = Run(cfg, "go")
     r.tool_round("t1", u=big)
-    prev = r.s
     conv = Conversation.of(
         [
             prompt("m1", "go"),
@@ -300,10 +301,12 @@ def test_blocking_limit_after_failed_auto_compact_in_2_1_88() -> None:
             result("m3", "t1", "ok"),
         ]
     )
-    assert r.fx == (
-        Emit(item=result("m3", "t1", "ok")),
+    # the 2.1.88 profile reads the tool list at the end of the tool round [R-REFRESH-1]
+    assert r.fx == (Emit(item=result("m3", "t1", "ok")), RefreshTools(call_id=1))
+    assert r(ToolsRefreshed(call_id=1, tools=("Read",))) == (
         Compact(compact_id=1, conversation=conv, trigger="auto", pre_tokens=178_011),
     )
+    prev = r.s
     assert prev.phase == "compacting"
     # Claude Code's category for it (R-CATEGORY-1): the 2.1.88 profile uses its texts
     err = api_error("m4", 1, "blocking_limit", PTL_TEXT, category="invalid_request")

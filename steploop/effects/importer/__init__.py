@@ -31,7 +31,13 @@ import attrs
 
 from steploop.effects.importer.causes import CAUSES
 from steploop.effects.importer.places import Children, source_order
-from steploop.effects.importer.session import IMPORTER, FileReport, TurnReport, _Names, import_file
+from steploop.effects.importer.session import (
+    IMPORTER,
+    FileReport,
+    TraceNames,
+    TurnReport,
+    import_file,
+)
 from steploop.effects.importer.source import Problem
 
 __all__ = [
@@ -212,6 +218,7 @@ def import_paths(
     *,
     progress: Callable[[int, int, str], None] | None = None,
     on_file: Callable[[FileReport], None] | None = None,
+    profile: str | None = None,
 ) -> ImportSummary:
     """Import every session file under ``paths`` into ``out_dir`` (one trace per user turn and
     ``import-report.json``); ``out_dir=None`` compares only and writes nothing.
@@ -221,6 +228,7 @@ def import_paths(
     at the end (``done == total``); ``on_file(report)`` with each file's full report (its turns,
     their verdicts) when the file is done. The summary keeps counts per file, so memory does not grow with the number of
     turns. A path that does not exist is listed in ``missing``; nothing raises for bad content.
+    ``profile``: every turn runs under this named profile instead of its records' version's.
     """
     out = Path(out_dir) if out_dir is not None else None
     summary = ImportSummary()
@@ -234,7 +242,7 @@ def import_paths(
         return summary  # nothing to import: nothing written, not even the folder
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    names = _Names(out) if out is not None else None
+    names = TraceNames(out) if out is not None else None
     children = Children()
     report = _Report(out) if out is not None else None
     sizes = [_size(path) for path, _ in sources]
@@ -246,7 +254,15 @@ def import_paths(
             if progress is not None:
                 progress(before, total, name)
                 on_turn = _within(progress, before, size, total, name)
-            rep = import_file(path, out, name=name, names=names, on_turn=on_turn, children=children)
+            rep = import_file(
+                path,
+                out,
+                name=name,
+                names=names,
+                on_turn=on_turn,
+                children=children,
+                profile=profile,
+            )
             before += size
             if on_file is not None:
                 on_file(rep)

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from steploop.effects.cli_common import CliError, ProgressBar, console_for
 from steploop.effects.importer import CAUSES, ImportSummary, find_sources, import_paths
+from steploop.reducer import ConfigError, profile
 
 __all__ = ["cmd_import", "register"]
 
@@ -96,6 +97,11 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CliError(f"{out_dir}: cannot create the output folder: {e.strerror or e}") from None
+    if args.profile is not None:
+        try:
+            profile(args.profile)
+        except ConfigError as e:
+            raise CliError(str(e)) from None
     err = sys.stderr
     show = bool(args.progress) or err.isatty()
     bar: ProgressBar | None = None
@@ -114,7 +120,7 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
             shown = now
 
     try:
-        summary = import_paths(args.paths, out_dir, progress=progress)
+        summary = import_paths(args.paths, out_dir, progress=progress, profile=args.profile)
     except OSError as e:  # the output folder: removed, full, read-only while importing
         raise CliError(f"{out_dir}: cannot write: {e.strerror or e}") from None
     finally:
@@ -139,7 +145,8 @@ def register(subparsers: Any) -> None:
         help="import Claude Code session transcripts as traces, and check them against the machine",
         description="Read Claude Code session files (a .jsonl file, a project folder, or "
         "~/.claude/projects), write one steploop trace per user turn, and report for each turn "
-        "whether the machine (claude_code_2_1_88 profile) reproduced the transcript. Exit "
+        "whether the machine (the profile of the Claude Code version the records name) "
+        "reproduced the transcript. Exit "
         "status: 0 all imported, 1 some input could not be imported (listed on stderr), 2 usage "
         "error.",
     )
@@ -156,5 +163,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--progress", action="store_true", help="show the progress bar even off a terminal"
+    )
+    p.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="run every turn under this profile (default, claude_code_2_1_88, full, "
+        "claude_code_2_1_56, ...) instead of the profile of the version its records name",
     )
     p.set_defaults(handler=cmd_import)

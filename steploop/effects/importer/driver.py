@@ -16,7 +16,9 @@ what the machine emits) and asks :meth:`TurnDriver.next_event` for the next even
 nothing is queued. The driver never decides what the machine does: it only answers. When the transcript cannot
 answer what the machine waits for (the machine compacts where Claude Code called the model, a
 result arrives for a tool the machine has not started, ``step()`` rejects an event), the driver
-stops there and says why; the trace then ends without an end record.
+stops there and says why; the trace then ends without an end record. What it must know of a
+turn's records ahead (interrupted results, refused calls, compactions) is found by
+:mod:`~steploop.effects.importer.lookahead`.
 """
 
 from __future__ import annotations
@@ -27,10 +29,34 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from steploop.effects.importer.convert import INTERRUPT_TEXTS
+from steploop.effects import answer
 from steploop.effects.importer.infer import stop_reason_for, traits_for
+from steploop.effects.importer.lookahead import (
+    INTERRUPT_TOOLS,
+    REJECT_PREFIX,
+    SIBLING_CANCEL_PREFIX,
+    START_OUTPUT_TOKENS,
+    STOPPED_PREFIX,
+    UNKNOWN_TOOL_PREFIX,
+    Compacted,
+    api_failure_kind,
+    compacted_responses,
+    first_result_id,
+    hook_stopped_results,
+    interrupted_results,
+    rejected_calls,
+    switched_model,
+)
 from steploop.effects.importer.segment import Item
-from steploop.reducer import IllegalEvent, LoopConfig, LoopState, Request, Session
+from steploop.reducer import (
+    IllegalEvent,
+    LoopConfig,
+    LoopState,
+    MalformedConversation,
+    Request,
+    Session,
+)
+from steploop.reducer.conversation import estimate_message
 from steploop.reducer.drive import Observer, drive
 from steploop.reducer.effects import (
     AskPermission,
@@ -38,6 +64,7 @@ from steploop.reducer.effects import (
     Effect,
     Emit,
     Finish,
+    RefreshTools,
     SummarizeToolUse,
     Wait,
 )
@@ -70,44 +97,36 @@ from steploop.reducer.transitions import Terminal
 Fed: TypeAlias = tuple[Event, tuple[str, ...]]
 """An event the transcript implies and the inference rules that supplied it (none: observed)."""
 
-__all__ = ["UNKNOWN_TOOL_PREFIX", "TurnDriver", "api_failure_kind"]
-
-UNKNOWN_TOOL_PREFIX = "<tool_use_error>Error: No such tool available:"
-SIBLING_CANCEL_PREFIX = "<tool_use_error>Cancelled: parallel tool call"
-#: How Claude Code's synthetic result for a tool the user's interrupt stopped begins.
-REJECT_PREFIX = "The user doesn't want to proceed with this tool use"
-INTERRUPT_TOOLS = "[Request interrupted by user for tool use]"
-
-#: Claude Code's API-error categories (the record's ``error``) as steploop failure kinds.
-_API_ERROR_KINDS = {
-    "rate_limit": "rate_limited",
-    "overloaded": "overloaded",
-    "server_error": "server_error",
-    "authentication_failed": "auth",
-    "invalid_request": "invalid_request",
-    "prompt_too_long": "prompt_too_long",
-    "billing_error": "invalid_request",
-    "unknown": "unknown",
-}
-
-
-def api_failure_kind(message: AssistantMessage) -> str:
-    """IMP-17: the failure kind an API-error record stands for."""
-    err = message.api_error
-    text = err.message if err is not None else ""
-    if text.startswith("Prompt is too long"):
-        return "prompt_too_long"
-    return _API_ERROR_KINDS.get(err.kind if err is not None else "unknown", "unknown")
+# the prefixes and api_failure_kind are defined in lookahead; named here too, as before
+__all__ = [
+    "REJECT_PREFIX",
+    "SIBLING_CANCEL_PREFIX",
+    "STOPPED_PREFIX",
+    "UNKNOWN_TOOL_PREFIX",
+    "TurnDriver",
+    "api_failure_kind",
+]
 
 
 @attrs.define
 class _Open:
-    """The response being streamed: its id, the call it answers, its last record so far."""
+    """The response being streamed: its id, the call it answers, its last record so far, and
+    the rough estimate of its blocks (VER-7)."""
 
     response_id: str
     call_id: int
     last: AssistantMessage
     has_tool_use: bool = False
+    records: list[AssistantMessage] = attrs.field(factory=list)
+
+    @property
+    def estimate(self) -> int:
+        """The rough estimate of the response's blocks (R-TOK-1), computed when asked."""
+        return sum(estimate_message(m) for m in self.records)
+
+    @property
+    def first_estimate(self) -> int:
+        return estimate_message(self.records[0]) if self.records else 0
 
 
 class TurnDriver:
@@ -123,6 +142,8 @@ class TurnDriver:
             ``stuck_line`` the transcript line it stopped at.
         cut: the driver stopped because the thread's transcript ends inside this turn, with
             the machine waiting for what the transcript never wrote (IMP-22).
+        started: whether ``start()`` took the turn (it refuses a conversation the API
+            would refuse, M-HIST-1; there is then no trace to write).
     """
 
     def __init__(
@@ -142,10 +163,14 @@ class TurnDriver:
         self.stuck: str | None = None
         self.stuck_line: int | None = None
         self.cut = False  # the thread's transcript ends inside this turn (IMP-22)
+        self.started = False
         self._unknown = unknown_tools
         self._siblings = sibling_cancelling
         self._interrupted_results: set[int] = set()
+        self._rejected: dict[str, int] = {}  # IMP-21: call -> the line of its rejection
+        self._held: set[str] = set()  # calls whose permission waits for their rejection
         self._hook_stopped: set[int] = set()
+        self._compacted: dict[str, Compacted] = {}
         self.last_turn = False
         self._open: _Open | None = None
         self._now = request.at_ms
@@ -173,6 +198,7 @@ class TurnDriver:
 
     def _observe(self, event: Event | None, state: LoopState, *_: Any) -> None:
         self.state = state
+        self.started = True
         if event is None:
             return
         self.events.append(event)
@@ -197,6 +223,9 @@ class TurnDriver:
             ):
                 self.emitted.append((n, item))  # type: ignore[arg-type]
         elif isinstance(effect, AskPermission):  # IMP-15: every permission was given
+            if effect.tool_use_id in self._rejected:  # IMP-21: but this one, where it stands
+                self._held.add(effect.tool_use_id)
+                return None
             return [
                 self._answer(
                     PermissionAnswered(
@@ -210,6 +239,8 @@ class TurnDriver:
             ]
         elif isinstance(effect, Wait):  # IMP-17: the wait elapsed (retries leave no timing)
             return [self._answer(WaitElapsed(wait_id=effect.wait_id, at_ms=self._now), "IMP-17")]
+        elif isinstance(effect, RefreshTools):  # R-REFRESH-1: no tool list is recorded
+            return [answer.tools_refreshed(effect, at_ms=self._now)]
         elif isinstance(effect, SummarizeToolUse):  # the gate is off in 2.1.88; none recorded
             return [
                 self._answer(
@@ -243,6 +274,12 @@ class TurnDriver:
         r = s.round
         return s.phase == "streaming" and not r.blocks and not r.ended and r.call_id > 0
 
+    def _count(self) -> int:
+        """The context count the machine compares with its thresholds (R-TOK-1, VER-3)."""
+        s = self.state
+        mode = self.config.legacy.context_count
+        return max(0, s.conversation.token_count(mode) - s.tokens_freed)
+
     def _waits(self) -> str:
         s = self.state
         r = s.round
@@ -252,7 +289,7 @@ class TurnDriver:
             names = [f"{sl.name} {sl.tool_use_id}" for sl in r.slots if sl.status != "done"]
             return f"{s.phase}, waiting for {', '.join(names) or 'nothing'}"
         if s.phase == "compacting":
-            return f"compacting (context {s.conversation.token_count():,} tokens)"
+            return f"compacting (context {self._count():,} tokens)"
         return s.phase
 
     # -- one method per kind of record ---------------------------------------------------------
@@ -269,6 +306,8 @@ class TurnDriver:
             drive(self, self._request, self.config, self._session, observer=watch)
         except IllegalEvent as e:
             self._stop(f"step() rejects {type(e.event).__name__}: {e}")
+        except MalformedConversation as e:  # M-HIST-1: one the API would refuse
+            self._stop(f"the machine refuses the conversation: {e}")
         finally:
             self.release()
 
@@ -284,8 +323,10 @@ class TurnDriver:
         """Make this world ready to answer a turn of these records, for :meth:`run` or for
         :func:`steploop.reducer.drive.check_world`."""
         self.last_turn = not may_answer_empty
-        self._interrupted_results = _interrupted_results(items)
-        self._hook_stopped = _hook_stopped_results(items)
+        self._interrupted_results = interrupted_results(items)
+        self._rejected = rejected_calls(items, self._interrupted_results)
+        self._hook_stopped = hook_stopped_results(items)
+        self._compacted = compacted_responses(items)
         self._script = self._feed_all(items, may_answer_empty)
 
     def _feed_all(self, items: list[Item], may_answer_empty: bool) -> Generator[Fed, None, None]:
@@ -332,17 +373,51 @@ class TurnDriver:
         self._open = None
         last = o.last
         reason = stop_reason_for(last.stop_reason, o.has_tool_use, mot)
-        rules = ("IMP-14",) if last.stop_reason is None else ()
+        rules: tuple[str, ...] = ("IMP-14",) if last.stop_reason is None else ()
+        usage = last.usage or Usage()
+        output = self._final_output(o, usage)
+        if output is not None:
+            usage = attrs.evolve(usage, output_tokens=output)
+            rules = (*rules, "VER-7")
         yield (
             ModelResponseEnded(
                 call_id=o.call_id,
                 model=last.model or self.state.model,
                 stop_reason=reason,
-                usage=last.usage or Usage(),
+                usage=usage,
                 at_ms=self._now,
             ),
             rules,
         )
+
+    def _final_output(self, o: _Open, usage: Usage) -> int | None:
+        """VER-7: the response's final output tokens where its records hold message_start's
+        usage (at most START_OUTPUT_TOKENS out, while its blocks say more): the count an auto
+        compaction right after it recorded (``preTokens``) implies, when that is plausible,
+        else the rough estimate of its blocks (not under 2.1.88's count, which anchors at the
+        first record and estimates the others). None: the recorded usage stands."""
+        if usage.output_tokens > START_OUTPUT_TOKENS:
+            return None
+        estimate = o.estimate
+        if estimate <= usage.output_tokens:
+            return None
+        comp = self._compacted.get(o.response_id)
+        if comp is not None:
+            mode = self.config.legacy.context_count
+            rest = usage.total - usage.output_tokens
+            if mode == "estimate_from_last":
+                rest += comp.after
+            elif mode == "estimate_from_first":
+                rest += comp.after + (estimate - o.first_estimate)
+            implied = comp.pre_tokens - rest
+            # plausible: at least the recorded count, at most four times the estimate
+            if usage.output_tokens <= implied <= 4 * estimate + 1_000:
+                return implied
+        if self.config.legacy.context_count == "estimate_from_first":
+            # 2.1.88 anchors at the first record, whose usage is message_start's, and estimates
+            # the later blocks: the count lacks nothing the records hold
+            return None
+        return estimate
 
     def _answer_empty(self) -> Iterator[Fed]:
         """IMP-16: a call the transcript shows no answer for had an empty one."""
@@ -371,8 +446,23 @@ class TurnDriver:
                     f"the model: it is {self._waits()}"
                 )
                 return
+            if len(m.content) > 1 and self.state.round.streaming:
+                # VER-8: a record holding a whole response is the non-streaming fallback's
+                # answer: the streaming attempt broke and the call was made again without it
+                yield (
+                    ModelCallFailed(
+                        call_id=self.state.round.call_id,
+                        kind="stream_broken",
+                        message="the stream broke; the answer came without streaming",
+                        at_ms=it.at_ms or self._now,
+                    ),
+                    ("VER-8",),
+                )
+                if not self.active or not self._call_waiting():
+                    return
             self._open = _Open(response_id=m.response_id, call_id=self.state.round.call_id, last=m)
         o = self._open
+        o.records.append(m)
         for b in m.content:
             traits = None
             rules: tuple[str, ...] = ()
@@ -387,7 +477,12 @@ class TurnDriver:
                 o.has_tool_use = True
             yield (
                 ModelBlockReceived(
-                    call_id=o.call_id, block=b, tool=traits, at_ms=it.at_ms or self._now
+                    call_id=o.call_id,
+                    block=b,
+                    tool=traits,
+                    # R-MODEL-1: the record names the model that served it (message_start)
+                    model=m.model or None,
+                    at_ms=it.at_ms or self._now,
                 ),
                 rules,
             )
@@ -406,6 +501,20 @@ class TurnDriver:
             if self.terminal is None:
                 if self._open is not None:
                     yield from self._end_response()
+                call = first_result_id(it)
+                if call is not None and call in self._held and self.active:
+                    # the call the user refused at its permission question
+                    self._held.discard(call)
+                    yield (
+                        PermissionAnswered(
+                            generation=self.state.round.generation,
+                            tool_use_id=call,
+                            decision="rejected_by_user",
+                            at_ms=it.at_ms or self._now,
+                        ),
+                        ("IMP-21",),
+                    )
+                    return
                 yield Interrupted(kind="hard", at_ms=it.at_ms or self._now), ("IMP-21",)
             return
         for b in m.content:
@@ -435,6 +544,7 @@ class TurnDriver:
             if status == "done":
                 return  # the machine's own result (synthetic, sibling-cancelled, unknown tool)
             if status == "running":
+                model = switched_model(it)
                 yield (
                     ToolFinished(
                         generation=self.state.round.generation,
@@ -442,9 +552,10 @@ class TurnDriver:
                         content=b.content,
                         is_error=b.is_error,
                         hook_stopped=it.line in self._hook_stopped,
+                        model=model,
                         at_ms=it.at_ms or self._now,
                     ),
-                    (),
+                    ("VER-9",) if model is not None else (),
                 )
                 return
             if status == "asking":  # pragma: no cover - permissions are answered at once
@@ -536,7 +647,7 @@ class TurnDriver:
             pre = meta.get("preTokens") if isinstance(meta, dict) else None
             self._stop(
                 f"Claude Code auto-compacted here (preTokens {pre}); the machine, counting "
-                f"{self.state.conversation.token_count():,} tokens against its threshold "
+                f"{self._count():,} tokens against its threshold "
                 f"{self.config.autocompact_threshold:,}, is {self._waits()}"
             )
             return
@@ -625,47 +736,3 @@ def _both(first: Observer, second: Observer) -> Observer:
         second(event, state, fx, passed)
 
     return both
-
-
-def is_interrupt_text(text: str | None) -> bool:
-    return text in INTERRUPT_TEXTS
-
-
-def _result_text(it: Item) -> str | None:
-    m = it.message
-    if isinstance(m, UserMessage):
-        for b in m.content:
-            if isinstance(b, ToolResultBlock):
-                return b.content
-    return None
-
-
-def _hook_stopped_results(items: list[Item]) -> set[int]:
-    """T-HOOK-1: the line of the last result before a tool hook's stop attachment (the hook of
-    that tool stopped the turn)."""
-    out: set[int] = set()
-    for i, it in enumerate(items):
-        if it.kind != "hook_stop":
-            continue
-        for prev in reversed(items[:i]):
-            if prev.kind == "result":
-                out.add(prev.line)
-                break
-    return out
-
-
-def _interrupted_results(items: list[Item]) -> set[int]:
-    """IMP-21: the lines of results carrying Claude Code's rejection text that an interrupt
-    marker follows before the next response: the first such result is where the user
-    interrupted; the machine writes them and the marker itself."""
-    out: set[int] = set()
-    for i, it in enumerate(items):
-        if it.kind != "result" or not (_result_text(it) or "").startswith(REJECT_PREFIX):
-            continue
-        for nxt in items[i + 1 :]:
-            if nxt.kind in ("result", "system_other", "queue", "command", "retry_notice"):
-                continue
-            if nxt.kind == "interrupt":
-                out.add(it.line)
-            break
-    return out

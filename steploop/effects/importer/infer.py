@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import attrs
+
 from steploop.effects.tools.bash_readonly import is_read_only_command
-from steploop.reducer import LoopConfig, claude_code_2_1_88
+from steploop.reducer import LoopConfig, claude_code, claude_code_2_1_88, profile, version_basis
 from steploop.reducer.events import ToolTraits
+from steploop.reducer.versions import LATEST, parse_version
 
 __all__ = [
     "SAFE_TOOLS",
     "bash_is_read_only",
     "config_for",
     "max_output_tokens_for",
+    "profile_basis",
     "stop_reason_for",
     "traits_for",
+    "turn_version",
 ]
 
 #: Tools Claude Code declares concurrency-safe whatever their input (IMP-12).
@@ -88,19 +93,51 @@ def max_output_tokens_for(model: str) -> int:
     return 32_000
 
 
+def turn_version(versions: list[str]) -> str | None:
+    """VER-0: the Claude Code version a turn ran under: the newest of its records' versions (a
+    session updated mid-turn wrote its later records under the newer one); None when no record
+    names a readable version."""
+    best: tuple[tuple[int, int, int], str] | None = None
+    for v in versions:
+        parsed = parse_version(v)
+        if parsed is not None and (best is None or parsed > best[0]):
+            best = (parsed, v)
+    return None if best is None else best[1]
+
+
+def profile_basis(version: str | None, profile_name: str | None = None) -> str:
+    """VER-0: how the turn's profile was chosen, for the report and the trace's provenance."""
+    if profile_name is not None:
+        return f"--profile {profile_name} (the records' version {version or 'unknown'} not used)"
+    if version is None:
+        return f"no record names a version -> the {LATEST} profile"
+    return version_basis(version)
+
+
 def config_for(
     model: str | None,
     *,
     query_source: str = "repl_main_thread",
     agent_id: str | None = None,
     largest_context: int = 0,
+    version: str | None = None,
+    profile_name: str | None = None,
 ) -> LoopConfig:
-    """IMP-13: the turn's configuration: the shipped 2.1.88 profile, on the model its first
+    """IMP-13, VER-0: the turn's configuration: the profile of the Claude Code ``version`` its
+    records name (:func:`steploop.reducer.claude_code`; the 2.1.88 profile when none does), or
+    the named profile when ``profile_name`` is given (``--profile``), on the model its first
     response names; a 1,000,000-token window when the model says ``[1m]`` or a response's
     context exceeded 200,000 tokens, else 200,000."""
     name = model or "claude-sonnet-4-5"
     window = 1_000_000 if "[1m]" in name or largest_context > 200_000 else 200_000
-    return claude_code_2_1_88(
+    if profile_name is not None:
+        base = profile(profile_name)
+    elif version is not None and parse_version(version) is not None:
+        base = claude_code(version)
+    else:
+        base = claude_code_2_1_88()
+    return attrs.evolve(
+        base,
         model=name,
         context_window=window,
         max_output_tokens=max_output_tokens_for(name),

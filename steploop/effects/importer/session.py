@@ -20,7 +20,7 @@ import attrs
 from steploop.effects.importer.chain import Thread, threads
 from steploop.effects.importer.compare import COMPARED_KINDS, Divergence, first_difference
 from steploop.effects.importer.driver import SIBLING_CANCEL_PREFIX, UNKNOWN_TOOL_PREFIX, TurnDriver
-from steploop.effects.importer.infer import config_for
+from steploop.effects.importer.infer import config_for, profile_basis, turn_version
 from steploop.effects.importer.places import (
     Children,
     ThreadReport,
@@ -101,6 +101,8 @@ class TurnReport:
     verdict: Verdict = "diverged"
     cut: str | None = None  # where the transcript cuts the turn off (IMP-22)
     chain: int = 1  # the chain of the thread's path its prompt is on (IMP-23)
+    profile: str = "claude_code_2_1_88"  # the profile the turn ran under (VER-0)
+    basis: str = ""  # how that profile was chosen (VER-0)
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=True)
@@ -187,7 +189,7 @@ def _query_source(src: SourceFile, thread: Thread) -> str:
     return f"agent:{thread.agent_id or 'sidechain'}"
 
 
-class _Names:
+class TraceNames:
     """The trace names of one import: a file's traces share its stem (``<stem>.t001``,
     ``<stem>.side1.t001``, unique within the file), so only stems are remembered: a stem an
     earlier file of the import took becomes ``<stem>-2``, ``<stem>-3``, ... One entry per file,
@@ -217,14 +219,16 @@ def import_file(
     out_dir: Path | None,
     *,
     name: str | None = None,
-    names: _Names | None = None,
+    names: TraceNames | None = None,
     on_turn: Callable[[float], None] | None = None,
     children: Children | None = None,
+    profile: str | None = None,
 ) -> FileReport:
     """Import one session file; traces go to ``out_dir`` (None: compare only, write nothing).
     ``on_turn(fraction)``: after each turn, the fraction of the file's lines read so far.
     ``children``: the sidechains of other files imported before this one, by session (the
-    report of a session's own file lists them beside the calls that started them)."""
+    report of a session's own file lists them beside the calls that started them).
+    ``profile``: run every turn under this named profile, not its version's (VER-0)."""
     src = read_source(path, name)
     report = FileReport(
         file=src.name,
@@ -249,13 +253,13 @@ def import_file(
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     if names is None and out_dir is not None:
-        names = _Names(out_dir)
+        names = TraceNames(out_dir)
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(src.name).stem)
     if names is not None:
         stem = names.stem(stem)
     for th, info in zip(ths, report.thread_list, strict=True):
         try:
-            _import_turns(src, th, info, stem, out_dir, report, on_turn)
+            _import_turns(src, th, info, stem, out_dir, report, on_turn, profile)
         except OSError as e:  # the output folder: full, read-only, ...
             src.problem(None, f"cannot write the traces: {e.strerror or e}")
         except Exception as e:  # a bug of the importer must not end the import with a traceback
@@ -281,13 +285,14 @@ def _import_turns(
     out_dir: Path | None,
     report: FileReport,
     on_turn: Callable[[float], None] | None = None,
+    profile: str | None = None,
 ) -> None:
     place = place_provenance(info)
     base = make_provenance(source=src.name, importer=IMPORTER) if out_dir is not None else {}
-    for turn in _import_thread(src, th, keep_steps=out_dir is not None):
+    for turn in _import_thread(src, th, profile, keep_steps=out_dir is not None):
         rep, driver, cfg, request, session, _seg, steps = turn
         path_out: Path | None = None
-        if out_dir is not None:
+        if out_dir is not None and driver.started:  # a refused start has no trace (M-HIST-1)
             path_out = out_dir / f"{stem}{th.tag}.t{rep.turn:03d}.jsonl"
             prov = dict(
                 base,
@@ -298,6 +303,7 @@ def _import_turns(
                 chain=rep.chain,
                 **place,
                 claude_code_version=rep.version,
+                profile_basis=rep.basis,
                 importer=IMPORTER,
                 turn=rep.turn,
                 reproduced=rep.reproduced,
@@ -325,12 +331,13 @@ def _inferred_text(inferred: dict[str, list[int]]) -> str:
 
 
 def _import_thread(
-    src: SourceFile, th: Thread, *, keep_steps: bool = False
+    src: SourceFile, th: Thread, profile: str | None = None, *, keep_steps: bool = False
 ) -> Iterator[
     tuple[TurnReport, TurnDriver, LoopConfig, Request, Session | None, Segment, Steps | None]
 ]:
     """The thread's turns, each driven and compared; ``keep_steps``: with the steps the
-    machine took (for the trace writer), else None."""
+    machine took (for the trace writer), else None. ``profile``: every turn's named profile
+    instead of its records' version's."""
     conv = Conversation.empty()
     queue: deque[str] = deque()
     model: str | None = None
@@ -363,11 +370,14 @@ def _import_thread(
         if items[-1].line < own_line:  # shared with an earlier thread, imported there
             conv = _extend(conv, items)
             continue
+        version = turn_version([str(it.record.get("version") or "") for it in items])
         cfg = config_for(
             model,
             query_source=_query_source(src, th),
             agent_id=th.agent_id if th.kind != "main" else None,
             largest_context=largest,
+            version=version,
+            profile_name=profile,
         )
         request = Request(prompt=_prompt(items[0]), at_ms=items[0].at_ms)
         session = Session(conversation=conv) if conv.length else None
@@ -422,6 +432,8 @@ def _import_thread(
             verdict=verdict,
             cut=cut,
             chain=max(1, bisect.bisect_right(roots, seg.lines[0])),
+            profile=cfg.profile_name,
+            basis=profile_basis(version, profile),
         )
         yield rep, driver, cfg, request, session, seg, steps
         del driver, rep, request, session, steps  # one turn at a time: release it first

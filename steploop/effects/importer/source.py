@@ -445,9 +445,14 @@ def _index(src: SourceFile, f: Any) -> None:
             if kind != "system" and kind != "attachment":
                 src.links.note(obj, kind, ln, row)
             if kind != "progress" and budget > 0:
-                # parse once: keep the record for its turn (its toolUseResult, a copy of the
-                # tool's output the importer never reads, is dropped)
-                obj.pop("toolUseResult", None)
+                # parse once: keep the record for its turn. Its toolUseResult, a copy of the
+                # tool's output, is dropped but for what a rule reads: a Skill's command name
+                # and the model it switches to (VER-9)
+                result = obj.pop("toolUseResult", None)
+                if isinstance(result, dict) and "model" in result:
+                    obj["toolUseResult"] = {
+                        k: result[k] for k in ("commandName", "model") if k in result
+                    }
                 src.parsed[row] = obj
                 budget -= len(raw)
             version = obj.get("version")

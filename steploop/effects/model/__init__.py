@@ -63,7 +63,9 @@ from steploop.effects.model.request import (
     EPHEMERAL,
     TASK_BUDGET_BETA,
     Thinking,
+    ThinkingMismatch,
     build_request,
+    request_thinking,
     to_api_messages,
 )
 from steploop.effects.model.stream import TraitsFor, block_from_api, parse_tool_input
@@ -73,6 +75,7 @@ __all__ = [
     "TASK_BUDGET_BETA",
     "AnthropicModelClient",
     "Thinking",
+    "ThinkingMismatch",
     "TraitsFor",
     "block_from_api",
     "build_request",
@@ -81,5 +84,6 @@ __all__ = [
     "make_client",
     "parse_context_overflow",
     "parse_tool_input",
+    "request_thinking",
     "to_api_messages",
 ]

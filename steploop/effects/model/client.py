@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import anyio
@@ -15,9 +15,11 @@ from steploop.effects.model.errors import classify_error, classify_exception, pa
 from steploop.effects.model.request import (
     MessageFold,
     Thinking,
+    ThinkingMismatch,
     appended,
     assemble,
     prefix,
+    request_thinking,
     to_api_messages,
     with_breakpoint,
 )
@@ -90,7 +92,10 @@ class AnthropicModelClient:
         system: the system prompt ("" for none).
         tools: tool definitions ``{"name", "description", "input_schema"}``, in a fixed order.
         traits_for: the traits of a tool call, from its name and parsed input.
-        thinking: a thinking budget in tokens, ``"adaptive"``, or None (off).
+        thinking: ``"adaptive"``, or None: a call's thinking is then its budget, the loop
+            config's ``thinking_budget`` (R-THINK-1; a budget given here is refused, so that
+            the machine's output caps and the request never disagree). Adaptive thinking is
+            for a loop without a budget: a call with one is refused (``invalid_request``).
         idle_timeout: seconds without a byte before a streaming call counts as stalled
             (None: the client's read timeout).
         nonstreaming_timeout: read timeout for ``streaming=False`` calls, which send nothing
@@ -107,26 +112,39 @@ class AnthropicModelClient:
         system: str = "",
         tools: Sequence[Mapping[str, Any]] = (),
         traits_for: TraitsFor,
-        thinking: Thinking = None,
+        thinking: Literal["adaptive"] | None = None,
         idle_timeout: float | None = None,
         nonstreaming_timeout: float | None = None,
         on_text_delta: Callable[[int, str], None] | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
+        if thinking is not None and thinking != "adaptive":
+            raise ValueError(
+                f"AnthropicModelClient(thinking={thinking!r}): a thinking budget is the loop's "
+                "setting, LoopConfig.thinking_budget (--set thinking_budget=N), which every "
+                "CallModel carries to the client, so that the machine's output caps leave room "
+                "for it (R-THINK-1, R-OVERFLOW-1); the client takes only thinking='adaptive'"
+            )
         self._client = client
         self._traits_for = traits_for
-        self._thinking = thinking
+        self._thinking: Thinking = thinking
         self.on_text_delta = on_text_delta  # public: the interpreter sets it for text_deltas=True
         self._clock = clock if clock is not None else _zero_clock
-        # The prefix never changes for this client: build it once, send the same bytes.
+        # The prefix changes only with the tool list (set_tools): built once, the same bytes.
+        self._system = system
         self._system_param, self._tools_param = prefix(system, tools)
         self._stream_timeout = self._timeout(idle_timeout)
         self._complete_timeout = self._timeout(nonstreaming_timeout)
         # The messages of the latest request, as a fold that the next request carries on
         # when its conversation extends this one (the usual case: a round appends records).
-        self._fold = MessageFold(thinking is not None)
+        self._fold = MessageFold(False)
         self._fold_at = Conversation.empty()
         self._api_ids: dict[int, tuple[str | None, str | None]] = {}  # the latest, by call
+
+    def set_tools(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """Offer these tool definitions from the next call on (the run calls it when its tool
+        list changed: MCP servers connected or refreshed, specs/ R-REFRESH-1)."""
+        self._system_param, self._tools_param = prefix(self._system, tools)
 
     def api_ids(self, call_id: int) -> tuple[str | None, str | None]:
         """The API's message id (``msg_...``) and request id (the ``request-id`` header,
@@ -156,15 +174,19 @@ class AnthropicModelClient:
         """The ``messages.create`` keyword arguments for ``effect`` (see :func:`build_request`).
 
         Fresh dicts; :meth:`stream` sends the same request, built incrementally.
+
+        Raises:
+            ThinkingMismatch: the client is adaptive and the call has a budget (R-THINK-1).
         """
+        thinking = request_thinking(effect, self._thinking)
         messages = to_api_messages(
-            effect.conversation.messages(), keep_thinking=self._thinking is not None
+            effect.conversation.messages(), keep_thinking=thinking is not None
         )
         return assemble(
             effect,
             self._system_param,
             self._tools_param,
-            self._thinking,
+            thinking,
             with_breakpoint(messages),
         )
 
@@ -174,17 +196,19 @@ class AnthropicModelClient:
         The messages of earlier requests are shared with the fold (the SDK copies what it
         sends), so the result is for sending, not for changing.
         """
+        thinking = request_thinking(effect, self._thinking)
+        keep = thinking is not None
         conversation = effect.conversation
-        new = appended(conversation, self._fold_at)
+        new = appended(conversation, self._fold_at) if self._fold.keep_thinking == keep else None
         if new is None:
-            self._fold = MessageFold(self._thinking is not None)
+            self._fold = MessageFold(keep)
             new = list(conversation.messages())
         fold = self._fold
         for m in new:
             fold.add(m)
         self._fold_at = conversation
         messages = with_breakpoint(fold.messages())
-        return assemble(effect, self._system_param, self._tools_param, self._thinking, messages)
+        return assemble(effect, self._system_param, self._tools_param, thinking, messages)
 
     def _failed(self, call_id: int, exc: Exception, *, started: bool) -> ModelCallFailed:
         kind, message, status, retry_after_ms = classify_exception(exc, started=started)
@@ -218,7 +242,16 @@ class AnthropicModelClient:
             Cancellation of the calling task (never turned into an event), and whatever
             ``traits_for`` or ``on_text_delta`` raise.
         """
-        request = self._request(effect)
+        try:
+            request = self._request(effect)
+        except ThinkingMismatch as exc:  # two thinking settings: nothing is sent [R-THINK-1]
+            yield ModelCallFailed(
+                call_id=effect.call_id,
+                kind="invalid_request",
+                message=str(exc),
+                at_ms=self._clock(),
+            )
+            return
         if not effect.streaming:
             # Everything arrives at once: no nested generator to leave suspended.
             for complete_event in await self._complete(effect, request):

@@ -34,6 +34,33 @@ Thinking: TypeAlias = int | Literal["adaptive"] | None
 """Extended thinking: a budget in tokens, ``"adaptive"``, or None (off)."""
 
 
+class ThinkingMismatch(ValueError):
+    """A thinking setting besides the call's own budget, which differs from it (R-THINK-1)."""
+
+
+def request_thinking(effect: CallModel, setting: Thinking = None) -> Thinking:
+    """[R-THINK-1] The thinking of ``effect``'s request: its budget (the loop config's
+    ``thinking_budget``, which the machine's output caps know), else ``setting`` when it is
+    ``"adaptive"`` (adaptive thinking has no budget to leave room for).
+
+    Raises:
+        ThinkingMismatch: ``setting`` is a budget other than the call's, or adaptive thinking
+            for a call with a budget: two settings where there must be one.
+    """
+    budget = effect.thinking_budget
+    if setting is None or setting == budget:
+        return budget
+    if setting == "adaptive" and budget is None:
+        return setting
+    raise ThinkingMismatch(
+        f"thinking={setting!r} on the model client, but the loop's thinking budget is "
+        f"{budget!r} (LoopConfig.thinking_budget, which CallModel carries): set thinking once, "
+        "as LoopConfig.thinking_budget (--set thinking_budget=N), so the machine's output caps "
+        "leave room for it (R-OVERFLOW-1); the client takes only thinking='adaptive', for a "
+        "loop without a budget"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Request building (pure)
 
@@ -234,12 +261,14 @@ def prefix(
     return system_param, tools_param
 
 
-def thinking_request_param(thinking: Thinking) -> dict[str, Any] | None:
+def thinking_request_param(thinking: Thinking, max_tokens: int) -> dict[str, Any] | None:
+    """The request's ``thinking``. The API takes a budget only below ``max_tokens``: a budget
+    the call's cap cannot hold is sent as ``max_tokens - 1`` [R-THINK-1]."""
     if thinking is None:
         return None
     if thinking == "adaptive":
         return {"type": "adaptive"}
-    return {"type": "enabled", "budget_tokens": thinking}
+    return {"type": "enabled", "budget_tokens": min(thinking, max_tokens - 1)}
 
 
 def assemble(
@@ -255,7 +284,7 @@ def assemble(
     if tools_param is not None:
         request["tools"] = tools_param
     request["messages"] = messages
-    thinking_param = thinking_request_param(thinking)
+    thinking_param = thinking_request_param(thinking, effect.max_tokens)
     if thinking_param is not None:
         request["thinking"] = thinking_param
     if effect.task_budget is not None:
@@ -285,12 +314,17 @@ def build_request(
         effect: the model call.
         system: the system prompt ("" for none).
         tools: tool definitions, ``{"name", "description", "input_schema"}`` each, in order.
-        thinking: extended thinking setting (thinking blocks are sent back only when set).
+        thinking: the client's thinking setting: None (the call's budget decides, R-THINK-1)
+            or ``"adaptive"``; thinking blocks are sent back only when the request thinks.
 
     Returns:
         ``model``, ``max_tokens``, ``system``, ``tools``, ``messages``, ``thinking`` and, with a
         task budget, ``extra_body`` (``output_config.task_budget``) and ``extra_headers``.
+
+    Raises:
+        ThinkingMismatch: ``thinking`` and the call's budget are two different settings.
     """
+    thinking = request_thinking(effect, thinking)
     system_param, tools_param = prefix(system, tools)
     messages = to_api_messages(effect.conversation.messages(), keep_thinking=thinking is not None)
     return assemble(effect, system_param, tools_param, thinking, with_breakpoint(messages))

@@ -1,20 +1,27 @@
-"""``steploop temporal worker`` and ``steploop temporal start PROMPT``.
+"""``steploop temporal``: ``worker``, ``start PROMPT``, and (:mod:`steploop.effects.temporal.cli_ops`)
+``interrupt``, ``status``, ``check``, ``trace`` and ``gc``.
 
 The subcommand exists without the ``temporal`` extra; running it then says how to install it.
-Both commands end the process with ``os._exit`` once their output is flushed, on every path
-once the SDK is loaded (an error line and Ctrl-C included): the Temporal SDK's native runtime
-can crash a process while the interpreter shuts down (temporalio sdk-python issue 300), which
-would turn a finished command into a wrong exit status. ``start`` exits with the status
-``steploop run`` gives the turn's terminal (the table in :mod:`steploop.effects.cli_common`).
+Every command ends the process with ``os._exit`` once its output is flushed, on every path once
+the SDK is loaded (an error line and Ctrl-C included): the Temporal SDK's native runtime can
+crash a process while the interpreter shuts down (temporalio sdk-python issue 300), which would
+turn a finished command into a wrong exit status. ``start`` exits with the status ``steploop run``
+gives the turn's terminal (the table in :mod:`steploop.effects.cli_common`); ``worker`` with 130
+on Ctrl-C (SIGINT), 143 on SIGTERM, after a graceful shutdown, 2 when the server cannot be
+reached, 1 when the worker fails. Clients and workers share one payload store, ``--store``
+(default: :func:`~steploop.effects.temporal.paths.default_root`, absolute whatever the working
+directory).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -37,20 +44,22 @@ from steploop.effects.cli_common import (
     live_model,
     load_json,
 )
+from steploop.effects.temporal.paths import default_root
 from steploop.reducer import SteploopError
 
 if TYPE_CHECKING:
     from steploop.effects.temporal.workflow import TurnResult
 
-__all__ = ["register", "turn_exit_code"]
+__all__ = ["EXIT_TERMINATED", "register", "turn_exit_code"]
 
 T = TypeVar("T")
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
-DEFAULT_STORE = ".steploop-temporal"
+EXIT_TERMINATED = 143
+"""The worker's status after SIGTERM (128 + 15), once it shut down gracefully."""
 
 
-def _need_temporal() -> None:
+def need_temporal() -> None:
     try:
         import temporalio  # noqa: F401
     except ImportError:
@@ -59,35 +68,42 @@ def _need_temporal() -> None:
         ) from None
 
 
-def _exit(code: int, out: TextIO) -> NoReturn:
+def exit_now(code: int, out: TextIO) -> NoReturn:
     out.flush()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def _run_to_exit(main: Coroutine[Any, Any, int], out: TextIO) -> NoReturn:
+def run_to_exit(main: Coroutine[Any, Any, int], out: TextIO) -> NoReturn:
     """Run a command's coroutine and end the process with its status. A user error is one
     line and status 2, Ctrl-C status 130, a Temporal failure (the server gone, the workflow
-    failed) one line and status 1, as ``steploop.effects.cli.main`` reports them; but never by
-    returning to the interpreter's shutdown once the SDK's runtime is up."""
+    failed) or a missing payload one line and status 1, as ``steploop.effects.cli.main``
+    reports them; but never by returning to the interpreter's shutdown once the SDK's runtime
+    is up."""
     from temporalio.exceptions import TemporalError
+    from temporalio.service import RPCError
+
+    from steploop.effects.temporal.storage import StoreMissing
 
     try:
         code = asyncio.run(main)
     except (CliError, SteploopError) as e:
-        print(f"steploop: error: {_one_line(e)}", file=sys.stderr)
+        print(f"steploop: error: {one_line(e)}", file=sys.stderr)
         code = EXIT_USAGE
-    except TemporalError as e:
-        print(f"steploop: error: Temporal: {_one_line(e)}", file=sys.stderr)
+    except (TemporalError, RPCError) as e:
+        print(f"steploop: error: Temporal: {one_line(e)}", file=sys.stderr)
+        code = EXIT_FAILED
+    except StoreMissing as e:
+        print(f"steploop: error: {one_line(e)}", file=sys.stderr)
         code = EXIT_FAILED
     except KeyboardInterrupt:
         print("steploop: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
-    _exit(code, out)
+    exit_now(code, out)
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     cause = e.__cause__
     if not text and cause is not None:
@@ -102,23 +118,48 @@ def turn_exit_code(result: TurnResult) -> int:
     return EXIT_API_ERROR if code == EXIT_OK and result.api_error else code
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def common(p: argparse.ArgumentParser, *, queue: bool = True) -> None:
     p.add_argument("--address", default=DEFAULT_ADDRESS, help=f"default {DEFAULT_ADDRESS}")
     p.add_argument("--namespace", default="default")
-    p.add_argument("--task-queue", default="steploop")
+    if queue:
+        p.add_argument("--task-queue", default="steploop")
     p.add_argument(
         "--store",
-        default=DEFAULT_STORE,
-        help="directory shared by the clients and workers: large payloads (blobs/) and the "
-        f"tool-call ledger (ledger/); default {DEFAULT_STORE}",
+        default=None,
+        help="directory every client and worker shares: large payloads and the tool-call "
+        "ledger (default $STEPLOOP_TEMPORAL_STORE, else ~/.local/share/steploop/temporal)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="payloads of at least this size go to the store (default 131072; the same for "
+        "every client and worker)",
     )
 
 
+def store_of(args: argparse.Namespace) -> Path:
+    return Path(args.store).expanduser().resolve() if args.store else default_root()
+
+
+def threshold_of(args: argparse.Namespace) -> int:
+    from steploop.effects.temporal.storage import DEFAULT_THRESHOLD
+
+    if args.threshold is None:
+        return DEFAULT_THRESHOLD
+    if args.threshold < 0:
+        raise CliError("--threshold must be at least 0")
+    return int(args.threshold)
+
+
 def register(subparsers: Any) -> None:
+    from steploop.effects.temporal import cli_ops
+
     t = subparsers.add_parser("temporal", help="run turns durably on Temporal (steploop[temporal])")
     sub = t.add_subparsers(dest="temporal_command", required=True)
     w = sub.add_parser("worker", help="run a worker: the turn workflow and its activities")
-    _common(w)
+    common(w)
     w.add_argument(
         "--workspace",
         help="directory the tools are confined to (default: ., or with --demo a scratch copy "
@@ -131,18 +172,51 @@ def register(subparsers: Any) -> None:
         help="the demo's scripted model on a scratch copy of the sample project",
     )
     w.add_argument("--enable-bash", action="store_true", help="offer the Bash tool")
+    w.add_argument(
+        "--accept-version",
+        action="append",
+        default=[],
+        metavar="VERSION",
+        help="also take the turns this steploop version started (once `steploop temporal "
+        "check` passed on their histories)",
+    )
+    w.add_argument(
+        "--heartbeat-every",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how often a running activity's heartbeat reaches the server (default 0.5 s): "
+        "how soon an interrupt reaches a running tool",
+    )
     w.set_defaults(handler=cmd_worker)
     s = sub.add_parser("start", help="start a turn and follow it to its end")
-    _common(s)
+    common(s)
     s.add_argument("prompt")
     s.add_argument("--workflow-id", help="default: steploop-<random>")
-    s.add_argument("--trace", metavar="FILE", help="where the workflow writes the turn's trace")
+    s.add_argument("--trace", metavar="FILE", help="write the turn's trace there")
     s.add_argument("--yes", action="store_true", help="allow every tool call without asking")
     s.add_argument("--profile", default="default", help="default, claude_code_2_1_88 or full")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     s.add_argument("--rounds-per-run", type=int, default=50, help="continue as new every N rounds")
+    s.add_argument(
+        "--activity",
+        action="append",
+        default=[],
+        metavar="KIND.FIELD=VALUE",
+        help="an activity option: KIND model, tools, tool.NAME, compaction, hooks, summary; "
+        "FIELD start_to_close_s, heartbeat_s, attempts, initial_interval_s, backoff, "
+        "max_interval_s, cancellation, task_queue (see specs/temporal.md)",
+    )
+    s.add_argument(
+        "--on-unfinished",
+        choices=("report", "ask"),
+        default="report",
+        help="a Bash/Write/Edit call found started and not finished after a lost worker: "
+        "report its result as unknown (default) or ask whether to run it again",
+    )
     s.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
     s.set_defaults(handler=cmd_start)
+    cli_ops.register(sub)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,9 +224,11 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
-    _need_temporal()
+    need_temporal()
     from steploop.effects.tools import ToolRegistry, builtin_tools
 
+    if args.heartbeat_every is not None and args.heartbeat_every <= 0:
+        raise CliError("--heartbeat-every must be positive")
     if args.demo and args.workspace is None:
         workspace = Path(tempfile.mkdtemp(prefix="steploop-temporal-demo-")) / "project"
         shutil.copytree(SAMPLE_PROJECT, workspace)
@@ -170,40 +246,75 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
         model = ByCallId(ScriptedModel.from_json(script, traits_for=tools.traits))
     else:
         _, model = live_model(tools.traits, tools.definitions())
-    _run_to_exit(_work(args, model, tools, workspace, out), out)
+    run_to_exit(_work(args, model, tools, workspace, out), out)
 
 
 async def _work(
     args: argparse.Namespace, model: Any, tools: Any, workspace: Path, out: TextIO
 ) -> int:
-    from steploop.effects.temporal.activities import Ledger, SteploopActivities
-    from steploop.effects.temporal.client import worker
+    from temporalio.client import Client
+    from temporalio.worker import Worker
 
-    store = Path(args.store)
-    client = await _connect(args)
+    from steploop.effects.temporal.activities import Ledger, SteploopActivities
+    from steploop.effects.temporal.options import HEARTBEAT_EVERY_S
+    from steploop.effects.temporal.plugin import SteploopPlugin
+    from steploop.effects.temporal.storage import PayloadStore
+
+    store = store_of(args)
     acts = SteploopActivities(
         model=model, tools=tools, workspace=workspace, ledger=Ledger(store / "ledger")
     )
-    async with worker(client, acts, task_queue=args.task_queue):
-        print(
-            f"worker on {args.address} (task queue {args.task_queue}), workspace {workspace}; "
-            "Ctrl-C stops it",
-            file=out,
-            flush=True,
-        )
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:  # pragma: no cover - Ctrl-C
-            pass
-    return 0
+    plugin = SteploopPlugin(
+        store=PayloadStore(store / "payloads"),
+        threshold=threshold_of(args),
+        activities=acts,
+        heartbeat_every_s=args.heartbeat_every or HEARTBEAT_EVERY_S,
+        accept_versions=args.accept_version,
+    )
+    try:
+        client = await Client.connect(args.address, namespace=args.namespace, plugins=[plugin])
+    except Exception as e:  # RuntimeError from the bridge: connection refused, bad address
+        raise CliError(f"cannot reach Temporal at {args.address}: {e}") from None
+    loop = asyncio.get_running_loop()
+    stopped: asyncio.Future[int] = loop.create_future()
+
+    def stop(code: int) -> None:
+        if not stopped.done():
+            stopped.set_result(code)
+
+    loop.add_signal_handler(signal.SIGINT, stop, EXIT_INTERRUPTED)
+    loop.add_signal_handler(signal.SIGTERM, stop, EXIT_TERMINATED)
+    w = Worker(client, task_queue=args.task_queue)
+    running: asyncio.Future[None] = asyncio.ensure_future(w.run())
+    print(
+        f"worker on {args.address} (task queue {args.task_queue}), workspace {workspace}, "
+        f"store {store}; Ctrl-C stops it",
+        file=out,
+        flush=True,
+    )
+    either: list[asyncio.Future[Any]] = [running, stopped]
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    if running.done():  # the worker failed on its own (the server went away, a fatal error)
+        exc = running.exception()
+        why = one_line(exc) if exc is not None else "no reason given"
+        print(f"steploop: error: the worker stopped: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    print("steploop: stopping the worker", file=sys.stderr, flush=True)
+    await w.shutdown()
+    with contextlib.suppress(Exception):  # its run ends with the shutdown
+        await running
+    return stopped.result()
 
 
-async def _connect(args: argparse.Namespace) -> Any:
+async def connect_args(args: argparse.Namespace) -> Any:
+    """A client for the command's ``--address``, ``--namespace`` and ``--store``."""
     from steploop.effects.temporal.client import connect
+    from steploop.effects.temporal.storage import PayloadStore
 
+    store = PayloadStore(store_of(args) / "payloads")
     try:
         return await connect(
-            args.address, namespace=args.namespace, blob_dir=Path(args.store) / "blobs"
+            args.address, namespace=args.namespace, store=store, threshold=threshold_of(args)
         )
     except Exception as e:  # RuntimeError from the bridge: connection refused, bad address
         raise CliError(f"cannot reach Temporal at {args.address}: {e}") from None
@@ -214,32 +325,43 @@ async def _connect(args: argparse.Namespace) -> Any:
 
 
 def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
-    _need_temporal()
+    need_temporal()
+    from steploop.effects.temporal.options import ActivityOptions, parse_setting
+
     if args.rounds_per_run < 1:
         raise CliError("--rounds-per-run must be at least 1")
     config = config_from(args.profile, args.set)
     if args.trace and Path(args.trace).exists():
-        raise CliError(f"{args.trace} exists: the workflow writes a new trace there")
-    _run_to_exit(_start(args, config, out), out)
+        raise CliError(f"{args.trace} exists: the turn's trace is written there")
+    activities: dict[str, ActivityOptions] = {}
+    for setting in args.activity:
+        try:
+            parse_setting(setting, activities)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    run_to_exit(_start(args, config, activities, out), out)
 
 
-async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
+async def _start(args: argparse.Namespace, config: Any, activities: Any, out: TextIO) -> int:
     from steploop.effects.cli_drive import describe
     from steploop.effects.run import PermissionPolicy
-    from steploop.effects.temporal.client import start_turn, turn_input
+    from steploop.effects.temporal.client import start_turn, traces, turn_input
     from steploop.effects.temporal.workflow import TurnWorkflow
     from steploop.reducer.messages import Emitted
     from steploop.reducer.serialize import structure
 
-    client = await _connect(args)
+    client = await connect_args(args)
+    trace = Path(args.trace).resolve() if args.trace else None
     inp = turn_input(
         args.prompt,
         config=config,
         permissions=PermissionPolicy(
             allow=frozenset({"Read", "Glob", "Grep"}), default="allow" if args.yes else "ask"
         ),
-        trace_path=Path(args.trace).resolve() if args.trace else None,
+        trace_path=trace,
         rounds_per_run=args.rounds_per_run,
+        activities=activities,
+        on_unfinished=args.on_unfinished,
     )
     wid = args.workflow_id or f"steploop-{uuid.uuid4().hex[:12]}"
     handle = await start_turn(client, inp, workflow_id=wid, task_queue=args.task_queue)
@@ -267,7 +389,7 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
     while True:
         run = client.get_workflow_handle_for(TurnWorkflow.run, wid, run_id=run_id)
         status = (await run.describe()).status
-        items = await _patiently(functools.partial(run.query, TurnWorkflow.items, seen), waiting)
+        items = await patiently(functools.partial(run.query, TurnWorkflow.items, seen), waiting)
         for data in items:  # a closed run answers too
             item: Emitted = structure(data, Emitted)
             print(f"  {describe(item)}", file=out, flush=True)
@@ -279,7 +401,7 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
         if status != WorkflowExecutionStatus.RUNNING:
             break
         pending = functools.partial(run.query, TurnWorkflow.pending_permissions)
-        for ask in await _patiently(pending, waiting):
+        for ask in await patiently(pending, waiting):
             tid = ask["tool_use_id"]
             if tid in asked:
                 continue
@@ -289,20 +411,23 @@ async def _start(args: argparse.Namespace, config: Any, out: TextIO) -> int:
                 run.execute_update,
                 TurnWorkflow.answer_permission,
                 args=[tid, decision, "", int(time.time() * 1000)],
-                id=f"answer-{tid}",
+                id=f"answer-{tid}-{'unfinished' if ask.get('unfinished') else 'ask'}",
             )
-            await _patiently(update, waiting)
+            await patiently(update, waiting)
         await asyncio.sleep(0.2)
     result = asyncio.ensure_future(handle.result())  # follows the runs continued as new
     await result
     res = result.result()
     print(f"══ terminal: {res.terminal['type']}  ({res.steps} steps, {res.runs} run(s))", file=out)
-    if args.trace:
+    if trace is not None:
+        (recorded,) = await traces(client, wid)
+        if not trace.exists() or trace.read_text(encoding="utf-8") != recorded.text:
+            trace.write_text(recorded.text, encoding="utf-8")  # the worker wrote it elsewhere
         print(f"trace: {args.trace} (steploop replay {args.trace})", file=out)
     return turn_exit_code(res)
 
 
-async def _patiently(
+async def patiently(
     call: Callable[[], Awaitable[T]], waiting: Callable[[str], None], pause_s: float = 1.0
 ) -> T:
     """``call()``, asked again for as long as no worker answers (a query or an update needs
@@ -327,13 +452,17 @@ async def _patiently(
         except RPCError as e:
             if e.status not in again:
                 raise
-            waiting(_one_line(e))
+            waiting(one_line(e))
         await asyncio.sleep(pause_s)
 
 
 def _ask(ask: dict[str, Any], out: TextIO) -> str:
     shown = ", ".join(f"{k}={str(v)[:40]}" for k, v in ask["input"].items())
-    print(f"  permission? {ask['name']}({shown}) [y/N] ", end="", file=out, flush=True)
+    if ask.get("unfinished"):
+        question = f"  {ask['name']}({shown}) started and did not finish: run it again? [y/N] "
+    else:
+        question = f"  permission? {ask['name']}({shown}) [y/N] "
+    print(question, end="", file=out, flush=True)
     try:
         answer = input()
     except EOFError:

@@ -11,6 +11,8 @@ an interrupt and must see them stop.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -50,11 +52,19 @@ class ToolContext:
     ``workspace`` is the session's root directory, already resolved (absolute, no symlinks).
     ``timeout_s`` is the call's deadline, from its start; the registry uses it to end a call
     whose steps hold the event loop past it (see :mod:`steploop.effects.tools.watchdog`).
+    ``idempotency_key`` names the call across retries where a world may run it again (the
+    Temporal world: workflow id, generation and tool_use_id); a tool whose side effect must
+    not happen twice can key it on this. None where the world runs each call once.
     """
 
     workspace: Path
     tool_use_id: str
     timeout_s: float | None = None
+    idempotency_key: str | None = None
+    caller: Any = None
+    """The run making the call (:class:`steploop.effects.run_types.Caller`: its session, config,
+    trace, telemetry), for a tool that runs a loop of its own (a sub-agent); None outside a
+    run."""
 
 
 @attrs.frozen(kw_only=True)
@@ -99,6 +109,8 @@ class Tool(Protocol):
     the tool's calls on an event loop of their own in a worker thread, so that a call that
     blocks in ways cancellation cannot reach (a thread that cannot be abandoned, a shielded
     wait, synchronous work) is left behind at its timeout; see :class:`Isolated`.
+    ``timeout_s`` (also read with getattr) is the tool's own deadline for a call, in place of
+    the run's ``tool_timeout_s`` (``math.inf``: none; a sub-agent, an MCP server's tool).
     """
 
     @property
@@ -243,28 +255,75 @@ class ToolRegistry:
 
     One Draft 2020-12 validator is built per tool when the registry is built, so a tool with a
     broken schema is refused up front (ValueError), as is a second tool with a taken name.
+
+    The tools given here are fixed; named *groups* of tools may be set and replaced while the
+    session runs (:meth:`set_group`: the tools of MCP servers, whose lists change), after the
+    fixed ones in the order the groups were first set. :attr:`version` counts the changes and
+    :meth:`digest` names the list as the model sees it.
     """
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Any] = {}
         self._accepts: dict[str, Callable[[Any], bool] | None] = {}
+        self._groups: dict[str, tuple[str, ...]] = {}  # group -> its tools' names, in order
+        self.version = 0
+        """How many times :meth:`set_group` changed the tools."""
         for tool in tools:
-            if not isinstance(tool, Tool):
-                raise TypeError(f"{tool!r} does not implement the Tool protocol")
-            name = tool.name
-            if name in self._tools:
-                raise ValueError(f"duplicate tool name {name!r}")
-            schema = _plain(tool.input_schema)
-            try:
-                Draft202012Validator.check_schema(schema)
-            except SchemaError as exc:
-                raise ValueError(
-                    f"tool {name!r} has an invalid input_schema: {_one_line(str(exc.message))}"
-                ) from exc
-            self._tools[name] = tool
-            self._validators[name] = Draft202012Validator(schema)
-            self._accepts[name] = _quick_check(schema)
+            problem = self._add(tool)
+            if problem is not None:
+                raise problem
+
+    def _add(self, tool: object) -> Exception | None:
+        """Register ``tool`` after the others; the error that refuses it, if any."""
+        if not isinstance(tool, Tool):
+            return TypeError(f"{tool!r} does not implement the Tool protocol")
+        name = tool.name
+        if name in self._tools:
+            return ValueError(f"duplicate tool name {name!r}")
+        schema = _plain(tool.input_schema)
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            return ValueError(
+                f"tool {name!r} has an invalid input_schema: {_one_line(str(exc.message))}"
+            )
+        self._tools[name] = tool
+        self._validators[name] = Draft202012Validator(schema)
+        self._accepts[name] = _quick_check(schema)
+        return None
+
+    def set_group(self, group: str, tools: Iterable[Tool]) -> tuple[str, ...]:
+        """Replace the tools of ``group`` (empty: remove them) and return one line per tool
+        refused (a taken name, an invalid schema, not a tool), which is left out. Nothing is
+        awaited: a call sees the list before or after, never half of it. A call already
+        running keeps the tool it started with."""
+        old = self._groups.get(group, ())
+        before = [(n, self._tools[n]) for n in old]
+        for name in old:
+            del self._tools[name], self._validators[name], self._accepts[name]
+        refused: list[str] = []
+        names: list[str] = []
+        for tool in tools:
+            problem = self._add(tool)
+            if problem is None:
+                names.append(tool.name)
+            else:
+                refused.append(f"{group}: {problem}")
+        self._groups[group] = tuple(names)  # a group keeps its place once set
+        grouped = {n for members in self._groups.values() for n in members}
+        order = [n for n in self._tools if n not in grouped]
+        for members in self._groups.values():
+            order.extend(members)
+        self._tools = {n: self._tools[n] for n in order}
+        if [(n, id(t)) for n, t in before] != [(n, id(self._tools[n])) for n in names]:
+            self.version += 1
+        return tuple(refused)
+
+    def digest(self) -> str:
+        """16 hex digits naming the tool list as the model sees it (:meth:`definitions`)."""
+        text = json.dumps(self.definitions(), sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

@@ -39,7 +39,14 @@ from steploop.effects.trace.replay import (
 )
 from steploop.reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError
 from steploop.reducer.drive import drive_async
-from steploop.reducer.effects import CallModel, Compact, Effect, SummarizeToolUse, Wait
+from steploop.reducer.effects import (
+    CallModel,
+    Compact,
+    Effect,
+    RefreshTools,
+    SummarizeToolUse,
+    Wait,
+)
 from steploop.reducer.events import (
     Event,
     ModelBlockReceived,
@@ -454,6 +461,9 @@ class _RecordedWorld:
             self.matched[kind] += 1
             for idx, ev in self.index.use(r):
                 self.push(idx, readdress(ev, effect), key, idx)
+            return
+        if isinstance(effect, RefreshTools):  # the world's list, never a divergence [R-REFRESH-1]
+            self.answered(kind, key, [answer.tools_refreshed(effect)])
             return
         if self.policy_model is None:
             raise self.diverge(effect, kind, ordinal, "no recorded effect matches it")

@@ -22,6 +22,7 @@ from steploop.reducer.effects import (
     CallModel,
     Compact,
     Effect,
+    RefreshTools,
     RunStopHooks,
     StartTool,
     SummarizeToolUse,
@@ -134,6 +135,8 @@ class Fingerprints:
                 h.update(canonical_bytes(["wait", effect.ms]))
             case SummarizeToolUse():
                 h.update(canonical_bytes(["summarize_tool_use", list(effect.tool_use_ids)]))
+            case RefreshTools():
+                h.update(canonical_bytes(["refresh_tools"]))
             case _:
                 raise ValueError(f"{type(effect).__name__} makes no request")
         return h.digest()
@@ -166,4 +169,6 @@ def describe_request(effect: Effect) -> str:
             return f"wait {effect.ms} ms"
         case SummarizeToolUse():
             return f"summarize_tool_use {list(effect.tool_use_ids)}"
+        case RefreshTools():
+            return "refresh_tools"
     return type(effect).__name__

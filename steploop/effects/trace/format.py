@@ -50,11 +50,11 @@ DEFAULT_MESSAGE_WINDOW = 1024
 MAX_MESSAGE_WINDOW = 1_000_000
 
 _MESSAGE_TYPES = (UserMessage, AssistantMessage, SystemMessage, AttachmentMessage)
-_CONV_EFFECTS = (CallModel, Compact, RunStopHooks, SummarizeToolUse)
+CONV_EFFECTS = (CallModel, Compact, RunStopHooks, SummarizeToolUse)
 
 _EMPTY = Conversation.empty()
-_EFFECT_CLASSES: tuple[type, ...] = typing.get_args(Effect)
-_EVENT_CLASSES: tuple[type, ...] = typing.get_args(Event)
+EFFECT_CLASSES: tuple[type, ...] = typing.get_args(Effect)
+EVENT_CLASSES: tuple[type, ...] = typing.get_args(Event)
 
 Record: TypeAlias = "TraceHeader | StepRecord | EndRecord | ResumeRecord"
 
@@ -74,11 +74,11 @@ class ReplayError(SteploopError):
     """A replay that cannot run as asked (a policy without its model, ...)."""
 
 
-class _Bad(Exception):
+class BadValue(Exception):
     """What is wrong with one record; the reader adds the file and line."""
 
 
-def _dumps(obj: Any) -> str:
+def dumps_line(obj: Any) -> str:
     # ensure_ascii: lone surrogates (undecodable tool output) stay valid UTF-8 on disk
     return json.dumps(obj, separators=(",", ":"))
 
@@ -87,7 +87,7 @@ def _conv_ref(c: Conversation) -> dict[str, Any]:
     return {"length": c.length, "digest": c.digest.hex()}
 
 
-def _hollow(length: int, digest: bytes) -> Conversation:
+def hollow_conversation(length: int, digest: bytes) -> Conversation:
     """A conversation known only by its length and digest: equal to the real one, no messages."""
     return Conversation(
         prev=None,
@@ -127,7 +127,7 @@ def encode_effect(effect: Effect, ref: RefFn = _inline) -> dict[str, Any]:
             "type": Emit.TAG,
             "item": ref(item) if isinstance(item, _MESSAGE_TYPES) else unstructure(item),
         }
-    if isinstance(effect, _CONV_EFFECTS):
+    if isinstance(effect, CONV_EFFECTS):
         d: dict[str, Any] = unstructure(attrs.evolve(effect, conversation=_EMPTY))
         d["conversation"] = _conv_ref(effect.conversation)
         return d
@@ -140,9 +140,9 @@ def describe_effect(effect: Effect | Event | None, limit: int = 300) -> str:
     if effect is None:
         return "none"
     data: Any
-    if isinstance(effect, _EFFECT_CLASSES):
+    if isinstance(effect, EFFECT_CLASSES):
         data = encode_effect(typing.cast(Effect, effect))
-    elif isinstance(effect, _EVENT_CLASSES):
+    elif isinstance(effect, EVENT_CLASSES):
         data = encode_event(typing.cast(Event, effect))
     else:
         data = to_data(effect)
@@ -195,8 +195,8 @@ class ResumeRecord:
     line: int
 
 
-_RECORD_TYPES = ("header", "message", "step", "end", "resume")
-_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+RECORD_TYPES = ("header", "message", "step", "end", "resume")
+KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     # record type: (required keys, optional keys)
     "header": (
         frozenset(
@@ -224,4 +224,4 @@ _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 
 
-_ALLOWED = {kind: required | optional for kind, (required, optional) in _KEYS.items()}
+ALLOWED = {kind: required | optional for kind, (required, optional) in KEYS.items()}

@@ -22,11 +22,11 @@ from steploop.effects.redaction import (
 __all__ = ["REDACTED", "client_secrets", "known_secrets", "make_provenance", "redaction_marker"]
 
 # record.py reads the secrets through this name
-_secrets = known_secrets
+trace_secrets = known_secrets
 
 
 @functools.cache
-def _steploop_version() -> str:
+def steploop_version() -> str:
     """The installed package's version (read once: a metadata lookup costs milliseconds)."""
     try:
         from importlib.metadata import version
@@ -55,14 +55,14 @@ def make_provenance(
     """
     prov: dict[str, Any] = {
         "created_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "steploop": _steploop_version(),
+        "steploop": steploop_version(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "client": type(model).__name__ if model is not None else None,
     }
     if workspace is not None:
         prov["workspace"] = str(Path(workspace).resolve())
-    _check_provenance(extra)
+    check_provenance(extra)
     for key, value in extra.items():
         if value is not None and not isinstance(value, (str, int, bool)):
             raise ValueError(f"provenance value for {key!r} must be a plain scalar")
@@ -70,7 +70,7 @@ def make_provenance(
     return prov
 
 
-def _check_provenance(prov: Mapping[str, Any]) -> None:
+def check_provenance(prov: Mapping[str, Any]) -> None:
     for key in prov:
         if SECRET_NAME.search(str(key)):
             raise ValueError(f"provenance key {key!r} looks like a secret; traces never hold one")

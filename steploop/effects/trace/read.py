@@ -16,25 +16,25 @@ import attrs
 import cattrs
 
 from steploop.effects.trace.format import (
-    _ALLOWED,
-    _CONV_EFFECTS,
-    _EFFECT_CLASSES,
-    _EVENT_CLASSES,
-    _KEYS,
-    _RECORD_TYPES,
+    ALLOWED,
+    CONV_EFFECTS,
     DEFAULT_MESSAGE_WINDOW,
+    EFFECT_CLASSES,
+    EVENT_CLASSES,
     FORMAT,
+    KEYS,
     MAX_MESSAGE_WINDOW,
     READS,
+    RECORD_TYPES,
     VERSION,
+    BadValue,
     EndRecord,
     Record,
     ResumeRecord,
     StepRecord,
     TraceError,
     TraceHeader,
-    _Bad,
-    _hollow,
+    hollow_conversation,
 )
 from steploop.effects.trace.strict import (
     MAX_INT_DIGITS,
@@ -49,7 +49,7 @@ from steploop.reducer.digest import STATE_FIELDS
 from steploop.reducer.effects import Effect, Emit
 from steploop.reducer.events import CompactionFinished, Event
 from steploop.reducer.messages import Message
-from steploop.reducer.serialize import SerializationError, _explain, converter, fast_structurer
+from steploop.reducer.serialize import SerializationError, converter, explain_error, fast_structurer
 from steploop.reducer.transitions import Terminal, Transition
 
 _orjson: Any
@@ -65,23 +65,23 @@ _STATE_FIELD_SET = frozenset(STATE_FIELDS)
 
 
 def _check_keys(obj: dict[str, Any], kind: str) -> None:
-    required, optional = _KEYS[kind]
+    required, optional = KEYS[kind]
     keys = obj.keys()
-    if required <= keys <= _ALLOWED[kind]:
+    if required <= keys <= ALLOWED[kind]:
         return
     missing = sorted(required - obj.keys())
     if missing:
-        raise _Bad(f"{kind} record: missing {', '.join(repr(k) for k in missing)}")
+        raise BadValue(f"{kind} record: missing {', '.join(repr(k) for k in missing)}")
     extra = sorted(obj.keys() - required - optional)
     if extra:
-        raise _Bad(f"{kind} record: unexpected key(s) {', '.join(repr(k) for k in extra)}")
+        raise BadValue(f"{kind} record: unexpected key(s) {', '.join(repr(k) for k in extra)}")
 
 
 def _int(value: Any, what: str, minimum: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _Bad(f"{what} must be an integer, got {json.dumps(value)}")
+        raise BadValue(f"{what} must be an integer, got {json.dumps(value)}")
     if minimum is not None and value < minimum:
-        raise _Bad(f"{what} must be at least {minimum}, got {value}")
+        raise BadValue(f"{what} must be at least {minimum}, got {value}")
     return value
 
 
@@ -114,15 +114,15 @@ def _structure(data: Any, cls: Any, what: str, problem: str | None = "check") ->
     except Exception as e:
         cfg = _find(e, ConfigError)
         if cfg is not None:
-            raise _Bad(f"{what}: {cfg}") from None
+            raise BadValue(f"{what}: {cfg}") from None
         # the converter's own wording (an unknown tag, an extra field, ...), which the
         # malformed-trace corpus pins; else the strict check's (the converter failed in a way
         # it cannot word, an AttributeError on a list where an object belongs)
         if isinstance(e, (SerializationError, cattrs.BaseValidationError)):
-            raise _Bad(f"{what}: {_explain(e)}") from None
-        raise _Bad(f"{what}: {problem or f'{type(e).__name__}: {e}'}") from None
+            raise BadValue(f"{what}: {explain_error(e)}") from None
+        raise BadValue(f"{what}: {problem or f'{type(e).__name__}: {e}'}") from None
     if problem is not None:  # the converter took it only by coercing ("false" -> True)
-        raise _Bad(f"{what}: {problem}")
+        raise BadValue(f"{what}: {problem}")
     return value
 
 
@@ -181,13 +181,13 @@ class _ReaderBindings:
 
     def resolve(self, data: Any) -> Message:
         if not isinstance(data, dict) or set(data) != {"ref"} or not isinstance(data["ref"], str):
-            raise _Bad(
+            raise BadValue(
                 f'a message inside an event or effect must be written as {{"ref": "<id>"}}, '
                 f"got {json.dumps(data)[:80]}"
             )
         got = self.by_id.get(data["ref"])
         if got is None:
-            raise _Bad(
+            raise BadValue(
                 f"refers to message {data['ref']!r}, which no message record before this line "
                 f"binds (never written, or out of the window of {self.window} message records)"
             )
@@ -208,14 +208,14 @@ def _decode_conversation(data: Any) -> Conversation:
         or not isinstance(data["digest"], str)
         or not _HEX32.fullmatch(data["digest"])
     ):
-        raise _Bad(
+        raise BadValue(
             'a conversation must be written as {"length": n, "digest": "<32 hex digits>"}, '
             f"got {json.dumps(data)[:80]}"
         )
-    return _hollow(data["length"], bytes.fromhex(data["digest"]))
+    return hollow_conversation(data["length"], bytes.fromhex(data["digest"]))
 
 
-_CONV_TAGS = frozenset(cls.TAG for cls in _CONV_EFFECTS)
+_CONV_TAGS = frozenset(cls.TAG for cls in CONV_EFFECTS)
 
 
 def _fast_table(
@@ -240,10 +240,10 @@ def _fast_table(
 # lane and the inline copies of these paths in _step (1.04-1.07x on reading, within the noise of
 # a replay) are gone.
 _FAST_MESSAGE = fast_structurer(Message)
-_FAST_EVENTS = _fast_table((c for c in _EVENT_CLASSES if c is not CompactionFinished), {})
+_FAST_EVENTS = _fast_table((c for c in EVENT_CLASSES if c is not CompactionFinished), {})
 _FAST_EFFECTS = _fast_table(
-    _EFFECT_CLASSES,
-    {cls: {"conversation": _decode_conversation} for cls in _CONV_EFFECTS},
+    EFFECT_CLASSES,
+    {cls: {"conversation": _decode_conversation} for cls in CONV_EFFECTS},
 )
 
 
@@ -260,11 +260,11 @@ def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
     if isinstance(data, dict) and data.get("type") == CompactionFinished.TAG and "messages" in data:
         raw = data["messages"]
         if not isinstance(raw, list):
-            raise _Bad(f"{what}: messages must be a list")
+            raise BadValue(f"{what}: messages must be a list")
         try:
             messages = tuple(b.resolve(x) for x in raw)
-        except _Bad as e:
-            raise _Bad(f"{what}: {e}") from None
+        except BadValue as e:
+            raise BadValue(f"{what}: {e}") from None
         ev = _structure({**data, "messages": []}, Event, what, problem)
         return attrs.evolve(ev, messages=messages)  # type: ignore[no-any-return]
     return _structure(data, Event, what, problem)  # type: ignore[no-any-return]
@@ -301,7 +301,7 @@ def _check_tag(data: Any, what: str) -> None:
     if isinstance(data, dict):
         tag = data.get("type")
         if tag is not None and not isinstance(tag, str):
-            raise _Bad(f"{what}: 'type' must be a string, got {json.dumps(tag)[:80]}")
+            raise BadValue(f"{what}: 'type' must be a string, got {json.dumps(tag)[:80]}")
 
 
 def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
@@ -311,16 +311,16 @@ def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
         if tag == Emit.TAG and isinstance(data.get("item"), dict) and "ref" in data["item"]:
             extra = sorted(set(data) - {"type", "item"})
             if extra:
-                raise _Bad(f"{what}: extra fields found ({', '.join(extra)})")
+                raise BadValue(f"{what}: extra fields found ({', '.join(extra)})")
             try:
                 return Emit(item=b.resolve(data["item"]))
-            except _Bad as e:
-                raise _Bad(f"{what}: {e}") from None
+            except BadValue as e:
+                raise BadValue(f"{what}: {e}") from None
         if tag in _CONV_TAGS and "conversation" in data:
             try:
                 conv = _decode_conversation(data["conversation"])
-            except _Bad as e:
-                raise _Bad(f"{what}: {e}") from None
+            except BadValue as e:
+                raise BadValue(f"{what}: {e}") from None
             problem = type_problem(data, Effect, "trace")
             eff = _structure({**data, "conversation": []}, Effect, what, problem)
             return attrs.evolve(eff, conversation=conv)  # type: ignore[no-any-return]
@@ -441,7 +441,7 @@ class TraceReader:
                     offset += len(line) + nl
                     try:
                         rec = self._record(obj, ln, bindings, last_i)
-                    except _Bad as e:
+                    except BadValue as e:
                         raise self.error(ln, str(e)) from None
                     self.valid_bytes = offset
                     self.missing_newline = tail
@@ -519,20 +519,20 @@ class TraceReader:
     ) -> Record | None:
         kind = obj.get("record")
         if kind is None:
-            raise _Bad("a record needs a 'record' key (header, message, step, end or resume)")
-        if kind not in _RECORD_TYPES:
-            raise _Bad(
-                f"unknown record type {json.dumps(kind)}; expected one of {', '.join(_RECORD_TYPES)}"
+            raise BadValue("a record needs a 'record' key (header, message, step, end or resume)")
+        if kind not in RECORD_TYPES:
+            raise BadValue(
+                f"unknown record type {json.dumps(kind)}; expected one of {', '.join(RECORD_TYPES)}"
             )
         if self.header is None:
             if kind != "header":
-                raise _Bad(f"the trace must start with a header record, found a {kind!r} record")
+                raise BadValue(f"the trace must start with a header record, found a {kind!r} record")
             self.header = self._header(obj, ln)
             return self.header
         if kind == "header":
-            raise _Bad(f"a second header record; only line {self.header.line} holds the header")
+            raise BadValue(f"a second header record; only line {self.header.line} holds the header")
         if self.end is not None:
-            raise _Bad(f"a {kind} record after the end record (line {self.end.line})")
+            raise BadValue(f"a {kind} record after the end record (line {self.end.line})")
         _check_keys(obj, kind)
         if kind == "message":
             self._message(obj, b)
@@ -542,17 +542,17 @@ class TraceReader:
         if kind == "end":
             i = _int(obj["i"], "end record: 'i'")
             if i != last_i:
-                raise _Bad(f"the end record names step {i}, but the last step is {last_i}")
+                raise BadValue(f"the end record names step {i}, but the last step is {last_i}")
             terminal = _structure(obj["terminal"], Terminal, "end record: terminal")
             return EndRecord(i=i, terminal=terminal, line=ln)
         # resume
         after = _int(obj["after"], "resume record: 'after'", -1)
         if after != last_i:
-            raise _Bad(f"the resume record follows step {after}, but the last step is {last_i}")
+            raise BadValue(f"the resume record follows step {after}, but the last step is {last_i}")
         if (problem := provenance_problem(obj["provenance"])) is not None:
-            raise _Bad(f"resume record: provenance: {problem}")
+            raise BadValue(f"resume record: provenance: {problem}")
         if not isinstance(obj["reissued"], list):
-            raise _Bad("resume record: 'reissued' must be a list")
+            raise BadValue("resume record: 'reissued' must be a list")
         fresh = _ReaderBindings(b.window)
         reissued = tuple(
             _fast_effect(d, fresh)
@@ -564,7 +564,7 @@ class TraceReader:
     def _message(self, obj: dict[str, Any], b: _ReaderBindings) -> None:
         mid = obj["id"]
         if not isinstance(mid, str):
-            raise _Bad("message record: 'id' must be a string")
+            raise BadValue("message record: 'id' must be a string")
         msg: Message | None = None
         if _FAST_MESSAGE is not None:
             try:
@@ -575,33 +575,33 @@ class TraceReader:
             msg = _structure(obj["message"], Message, f"message {mid!r}")
             assert msg is not None
         if msg.id != mid:
-            raise _Bad(f"message record: id {mid!r} but the message's id is {msg.id!r}")
+            raise BadValue(f"message record: id {mid!r} but the message's id is {msg.id!r}")
         b.bind(msg)
         self.messages += 1
 
     def _header(self, obj: dict[str, Any], ln: int) -> TraceHeader:
         fmt = obj.get("format")
         if fmt != FORMAT:
-            raise _Bad(f"not a steploop trace: format is {json.dumps(fmt)}, expected {FORMAT!r}")
+            raise BadValue(f"not a steploop trace: format is {json.dumps(fmt)}, expected {FORMAT!r}")
         version = obj.get("version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise _Bad(f"the format version must be an integer, got {json.dumps(version)}")
+            raise BadValue(f"the format version must be an integer, got {json.dumps(version)}")
         if version > VERSION:
-            raise _Bad(
+            raise BadValue(
                 f"format version {version} is newer than this steploop reads (version {VERSION}); "
                 "upgrade steploop"
             )
         if version not in READS:
             reads = " and ".join(str(v) for v in READS)
-            raise _Bad(f"unknown format version {version}; this steploop reads versions {reads}")
+            raise BadValue(f"unknown format version {version}; this steploop reads versions {reads}")
         _check_keys(obj, "header")
         if not isinstance(obj["steploop"], str):
-            raise _Bad("header: 'steploop' must be a string")
+            raise BadValue("header: 'steploop' must be a string")
         if (problem := provenance_problem(obj["provenance"])) is not None:
-            raise _Bad(f"header: provenance: {problem}")
+            raise BadValue(f"header: provenance: {problem}")
         window = _int(obj["message_window"], "header: 'message_window'", 1)
         if window > MAX_MESSAGE_WINDOW:
-            raise _Bad(f"header: 'message_window' must be at most {MAX_MESSAGE_WINDOW}")
+            raise BadValue(f"header: 'message_window' must be at most {MAX_MESSAGE_WINDOW}")
         config = _structure(obj["config"], LoopConfig, "header: config")
         session = None
         if obj["session"] is not None:
@@ -624,20 +624,20 @@ class TraceReader:
             i = _int(i, "step record: 'i'", 0)  # raises
         if i != last_i + 1:
             if last_i < 0:
-                raise _Bad(f"the first step record must be step 0 (start), found step {i}")
-            raise _Bad(f"step {i} follows step {last_i}; expected step {last_i + 1}")
+                raise BadValue(f"the first step record must be step 0 (start), found step {i}")
+            raise BadValue(f"step {i} follows step {last_i}; expected step {last_i + 1}")
         raw_event = obj["event"]
         event: Event | None = None
         if raw_event is None:
             if i > 0:
-                raise _Bad(f"step {i} has no event; only step 0 (start) has none")
+                raise BadValue(f"step {i} has no event; only step 0 (start) has none")
         else:
             if i == 0:
-                raise _Bad('step 0 is start() and has "event": null')
+                raise BadValue('step 0 is start() and has "event": null')
             event = _decode_event(raw_event, b, f"step {i}: event")
         raw_fx = obj["effects"]
         if not isinstance(raw_fx, list):
-            raise _Bad(f"step {i}: 'effects' must be a list")
+            raise BadValue(f"step {i}: 'effects' must be a list")
         # _fast_effect never raises and has no side effect, so trying every effect first
         # changes nothing; where it declined, _decode_effect decides, in order.
         tried = tuple([_fast_effect(d, b) for d in raw_fx])
@@ -649,10 +649,10 @@ class TraceReader:
             )
         digest = obj["digest"]
         if digest.__class__ is not str or len(digest) != 32 or digest.strip(_HEX_DIGITS):
-            raise _Bad(f"step {i}: 'digest' must be 32 lowercase hex digits")
+            raise BadValue(f"step {i}: 'digest' must be 32 lowercase hex digits")
         phase = obj["phase"]
         if phase not in PHASES:
-            raise _Bad(f"step {i}: unknown phase {json.dumps(phase)}")
+            raise BadValue(f"step {i}: unknown phase {json.dumps(phase)}")
         turn_count = obj["turn_count"]
         if turn_count.__class__ is not int or turn_count < 1:
             turn_count = _int(turn_count, f"step {i}: 'turn_count'", 1)  # raises
@@ -667,7 +667,7 @@ class TraceReader:
             and not v.strip(_HEX_DIGITS)
             for k, v in fields.items()
         ):
-            raise _Bad(f"step {i}: 'fields' must map state field names to 16 hex digits")
+            raise BadValue(f"step {i}: 'fields' must map state field names to 16 hex digits")
         return StepRecord(
             i=i,
             event=event,

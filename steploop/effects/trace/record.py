@@ -19,17 +19,17 @@ from steploop.effects.trace.format import (
     MAX_MESSAGE_WINDOW,
     VERSION,
     RefFn,
-    _dumps,
+    dumps_line,
     encode_effect,
     encode_event,
 )
 from steploop.effects.trace.provenance import (
-    _check_provenance,
-    _secrets,
-    _steploop_version,
+    check_provenance,
     client_secrets,
     make_provenance,
     redaction_marker,
+    steploop_version,
+    trace_secrets,
 )
 from steploop.reducer import LoopConfig, LoopState, Request, Session
 from steploop.reducer.canonical import canonical_bytes, digest_bytes
@@ -178,10 +178,13 @@ class TraceRecorder:
         if not 1 <= message_window <= MAX_MESSAGE_WINDOW:
             raise ValueError(f"message_window must be in 1..{MAX_MESSAGE_WINDOW}")
         self._provenance = dict(provenance) if provenance is not None else make_provenance()
-        _check_provenance(self._provenance)
+        check_provenance(self._provenance)
         if (config is None) != (request is None):
             raise ValueError("give both config and request (and optionally session), or neither")
+        self.path: str | None = None
+        """The file written, when given by name (a sub-agent's trace goes beside it)."""
         if isinstance(target, (str, os.PathLike)):
+            self.path = os.fspath(target)
             self._file: IO[str] = open(target, "w", encoding="utf-8", newline="\n")
             self._owns = True
         else:
@@ -189,10 +192,10 @@ class TraceRecorder:
             self._owns = False
         self._window = message_window
         self._bindings = _WriterBindings(message_window)
-        self._secrets: tuple[str, ...] = ()
+        self.trace_secrets: tuple[str, ...] = ()
         self._masks: tuple[tuple[str, str], ...] = ()
         self._escaped: tuple[tuple[str, str], ...] = ()  # (secret as JSON writes it, marker)
-        self.add_secrets(_secrets(secrets))
+        self.add_secrets(trace_secrets(secrets))
         # the redacted turn: its config, request and session as written; the shadow state,
         # stepped on redacted events, once an input held a secret (None: the run's own state
         # is what is written); False once the shadow could not follow the run
@@ -222,8 +225,8 @@ class TraceRecorder:
 
     def add_secrets(self, secrets: Iterable[str]) -> None:
         """Keep these strings out of the file too (at least 8 characters each)."""
-        merged = _secrets([*self._secrets, *secrets])
-        self._secrets = merged
+        merged = trace_secrets([*self.trace_secrets, *secrets])
+        self.trace_secrets = merged
         self._masks = tuple((s, redaction_marker(len(s))) for s in merged)
         self._escaped = tuple((json.dumps(s)[1:-1], json.dumps(m)[1:-1]) for s, m in self._masks)
 
@@ -252,14 +255,14 @@ class TraceRecorder:
             "record": "header",
             "format": FORMAT,
             "version": VERSION,
-            "steploop": _steploop_version(),
+            "steploop": steploop_version(),
             "provenance": self._provenance,
             "message_window": self._window,
             "config": unstructure(wconfig),
             "session": None if wsession is None else unstructure(wsession),
             "request": unstructure(wrequest),
         }
-        self._write([_dumps(rec)])
+        self._write([dumps_line(rec)])
         self._has_header = True
 
     def attach(self, run: Run) -> Run:
@@ -397,11 +400,11 @@ class TraceRecorder:
         if transitions:  # format version 1 holds the last one (the state's new transition)
             rec["transition"] = unstructure(transitions[-1])
         rec["fields"] = self._changed_fields(state)
-        lines.append(_dumps(rec))
+        lines.append(dumps_line(rec))
         self._ended_now = False
         if effects and isinstance(effects[-1], Finish):
             end = {"record": "end", "i": self._next, "terminal": unstructure(effects[-1].terminal)}
-            lines.append(_dumps(end))
+            lines.append(dumps_line(end))
             self._ended_now = True
         return lines
 
@@ -409,7 +412,7 @@ class TraceRecorder:
         def ref(m: Message) -> dict[str, str]:
             digest = _message_digest(m)
             if not self._bindings.bound(m.id, digest):
-                lines.append(_dumps({"record": "message", "id": m.id, "message": unstructure(m)}))
+                lines.append(dumps_line({"record": "message", "id": m.id, "message": unstructure(m)}))
                 self._bindings.bind(m.id, digest)
             return {"ref": m.id}
 
@@ -478,7 +481,7 @@ class TraceRecorder:
             "provenance": self._provenance,
             "reissued": [encode_effect(e) for e in reissued],
         }
-        self._write([_dumps(rec)])
+        self._write([dumps_line(rec)])
 
     # -- closing -----------------------------------------------------------------------------
 

@@ -18,12 +18,12 @@ from steploop.reducer.transitions import CollapseDrainRetry
 # =============================================================================================
 
 
-def _sat(value: int, bound: int) -> int:
+def saturate(value: int, bound: int) -> int:
     """``value`` saturated just past ``bound``: exact up to the bound, one bucket beyond."""
     return value if value <= bound else bound + 1
 
 
-def _tag(t: object) -> str | None:
+def abstract_tag(t: object) -> str | None:
     return None if t is None else str(getattr(t, "TAG", type(t).__name__))
 
 
@@ -96,7 +96,7 @@ class Abstraction:
         thr = -(-b * cfg.budget_completion_pct // 100)  # the first count that stops
         t = s.budget
         return (
-            _sat(t.continuation_count, cfg.budget_min_continuations),
+            saturate(t.continuation_count, cfg.budget_min_continuations),
             min(s.turn_output_tokens, thr),
             min(t.last_global_turn_tokens, thr),
             int(t.last_delta_tokens < cfg.budget_diminishing_tokens),
@@ -106,7 +106,7 @@ class Abstraction:
         """ABS-1: everything a guard or a later round can depend on, nothing else."""
         cfg = self.config
         if s.phase == "done":  # nothing follows a Terminal: only which one matters
-            return ("done", _tag(s.transition))
+            return ("done", abstract_tag(s.transition))
         r = s.round
         slots = tuple(
             (
@@ -125,8 +125,8 @@ class Abstraction:
         w = r.withheld if not r.slots or cfg.compat.unyielded_nudges else None
         em = r.error_message
         round_key = (
-            _sat(r.retry_attempt, cfg.retry.max_retries),
-            _sat(r.consecutive_529, cfg.retry.max_consecutive_529),
+            saturate(r.retry_attempt, cfg.retry.max_retries),
+            saturate(r.consecutive_529, cfg.retry.max_consecutive_529),
             r.streaming,
             r.sticky_fallback,
             r.ended,
@@ -137,13 +137,13 @@ class Abstraction:
             None if em is None or em.api_error is None else em.api_error.kind,
             r.sibling_error is not None,
             r.hook_stop,
-            _tag(r.pending_terminal),
+            abstract_tag(r.pending_terminal),
             r.abort_kind,
             r.max_tokens,  # lowered by R-OVERFLOW-1; the world's overflow numbers derive from it
             slots,
         )
         seg = min(self.segments(s.conversation), self.segment_cap) if self.segment_cap else 0
-        turns = _sat(s.turn_count, cfg.max_turns) if cfg.max_turns is not None else 0
+        turns = saturate(s.turn_count, cfg.max_turns) if cfg.max_turns is not None else 0
         return (
             s.phase,
             isinstance(s.transition, CollapseDrainRetry),
@@ -151,10 +151,10 @@ class Abstraction:
             s.escalated,
             s.max_output_tokens_override is not None,
             s.compacted_this_round,
-            _sat(s.mot_recovery_count, cfg.mot_recovery_limit),
-            _sat(s.stop_hook_blocks, self.blocks_bound),
-            _sat(s.tracking.consecutive_failures, cfg.max_autocompact_failures),
-            _sat(s.pause_resumes, cfg.pause_turn_resumes),  # [S-PAUSE-1] resumes in a row
+            saturate(s.mot_recovery_count, cfg.mot_recovery_limit),
+            saturate(s.stop_hook_blocks, self.blocks_bound),
+            saturate(s.tracking.consecutive_failures, cfg.max_autocompact_failures),
+            saturate(s.pause_resumes, cfg.pause_turn_resumes),  # [S-PAUSE-1] resumes in a row
             turns,
             s.model != cfg.model,
             self.token_class(s),

@@ -8,24 +8,24 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from steploop.reducer.config import LoopConfig
-from steploop.reducer.explore.abstraction import _tag
+from steploop.reducer.explore.abstraction import abstract_tag
 from steploop.reducer.explore.report import Counterexample
-from steploop.reducer.explore.state_graph import _BLOCKING, _PROGRESS, _Graph
+from steploop.reducer.explore.state_graph import BLOCKING, PROGRESS, Graph
 from steploop.reducer.explore.world import Move, World, moves
 from steploop.reducer.machine import step
 
 
-class _Analysis:
+class Analysis:
     """Cycle and path analysis of the explored abstract graph."""
 
-    def __init__(self, g: _Graph, config: LoopConfig, world: World, deep: World | None) -> None:
+    def __init__(self, g: Graph, config: LoopConfig, world: World, deep: World | None) -> None:
         self.g = g
         self.config = config
         self.worlds = (world,) if deep is None else (world, deep)
         n = len(g.rep)
-        self.np_scc = _tarjan(n, lambda u: [d for d, _, _, f in g.out[u] if not f & _PROGRESS])
+        self.np_scc = _tarjan(n, lambda u: [d for d, _, _, f in g.out[u] if not f & PROGRESS])
         self.spinning_edges = sum(
-            1 for u in range(n) for _, _, a, f in g.out[u] if a and not f & _PROGRESS
+            1 for u in range(n) for _, _, a, f in g.out[u] if a and not f & PROGRESS
         )
 
     def _cycle(
@@ -120,11 +120,11 @@ class _Analysis:
         for comp in self.np_scc:
             members = set(comp)
             spinning = any(
-                d in members and a and not f & _PROGRESS for u in comp for d, _, a, f in g.out[u]
+                d in members and a and not f & PROGRESS for u in comp for d, _, a, f in g.out[u]
             )
             if not spinning:
                 continue
-            cyc = self._cycle(comp, lambda u, d, a, f: not f & _PROGRESS, lambda d, a, f: a > 0)
+            cyc = self._cycle(comp, lambda u, d, a, f: not f & PROGRESS, lambda d, a, f: a > 0)
             if cyc is not None:
                 found.append((_rank(g, cyc)[:2], cyc))
         if not found:
@@ -137,7 +137,7 @@ class _Analysis:
         g = self.g
 
         def non_progress(u: int, d: int, a: int, f: int) -> bool:
-            return not f & _PROGRESS
+            return not f & PROGRESS
 
         def any_edge(u: int, d: int, a: int, f: int) -> bool:
             return True
@@ -152,12 +152,12 @@ class _Analysis:
             for comp in sccs:
                 members = set(comp)
                 if not any(
-                    d in members and f & _BLOCKING and ok(u, d, a, f)
+                    d in members and f & BLOCKING and ok(u, d, a, f)
                     for u in comp
                     for d, _, a, f in g.out[u]
                 ):
                     continue
-                cyc = self._cycle(comp, ok, lambda d, a, f: bool(f & _BLOCKING))
+                cyc = self._cycle(comp, ok, lambda d, a, f: bool(f & BLOCKING))
                 if cyc is not None and (best is None or _rank(g, cyc) < _rank(g, best)):
                     best = cyc
             if best is not None:
@@ -177,7 +177,7 @@ class _Analysis:
         for ci, comp in enumerate(self.np_scc):
             for u in comp:
                 for d, lab, a, f in g.out[u]:
-                    if f & _PROGRESS:
+                    if f & PROGRESS:
                         continue
                     cd = comp_of[d]
                     if cd == ci:
@@ -219,7 +219,7 @@ class _Analysis:
             if u == b:
                 break
             for d, lab, _, f in g.out[u]:
-                if not f & _PROGRESS and comp_of.get(d) == ci and d not in prev:
+                if not f & PROGRESS and comp_of.get(d) == ci and d not in prev:
                     prev[d] = (u, lab)
                     q.append(d)
         out: list[str] = []
@@ -232,7 +232,7 @@ class _Analysis:
         return out
 
 
-def _rank(g: _Graph, cyc: tuple[int, list[str]]) -> tuple[int, int, int]:
+def _rank(g: Graph, cyc: tuple[int, list[str]]) -> tuple[int, int, int]:
     """Lassos compare by total moves (path + loop), then model calls to the loop."""
     e = cyc[0]
     return (g.depth[e] + len(cyc[1]), g.calls[e], len(cyc[1]))
@@ -286,8 +286,8 @@ def _tarjan(n: int, succ: Callable[[int], Iterable[int]]) -> list[list[int]]:
     return out
 
 
-def _concrete(
-    a: _Analysis,
+def concrete_path(
+    a: Analysis,
     node: int,
     labels: Sequence[str],
     inv_id: str,
@@ -327,11 +327,11 @@ def _concrete(
     )
 
 
-def _lasso_cex(a: _Analysis, cyc: tuple[int, list[str]], inv_id: str, lead: str) -> Counterexample:
+def lasso_cex(a: Analysis, cyc: tuple[int, list[str]], inv_id: str, lead: str) -> Counterexample:
     node, labels = cyc
     s = a.g.state(node)
     text = (
-        f"{lead}from phase {s.phase} (after {_tag(s.transition) or 'start'}) the moves "
+        f"{lead}from phase {s.phase} (after {abstract_tag(s.transition) or 'start'}) the moves "
         f"{' → '.join(labels)} lead back to the same abstract state"
     )
-    return _concrete(a, node, labels, inv_id, text, loop=True)
+    return concrete_path(a, node, labels, inv_id, text, loop=True)

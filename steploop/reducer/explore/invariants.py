@@ -18,8 +18,8 @@ from steploop.reducer.events import (
     ModelResponseEnded,
     StopHooksFinished,
 )
-from steploop.reducer.explore.abstraction import _sat
-from steploop.reducer.explore.observation import Observation, _is_api_error
+from steploop.reducer.explore.abstraction import saturate
+from steploop.reducer.explore.observation import Observation, is_api_error
 from steploop.reducer.explore.world import RECOVERABLE
 from steploop.reducer.machine import MOT_NUDGE
 from steploop.reducer.messages import (
@@ -92,7 +92,7 @@ class AutoCompactBreaker(Invariant):
     def initial(self, config: LoopConfig, request: Request, session: Session | None) -> Hashable:
         carried = session.autocompact_failures if session is not None else 0
         n = carried if config.autocompact_breaker_scope == "session" else 0
-        return _sat(n, config.max_autocompact_failures)
+        return saturate(n, config.max_autocompact_failures)
 
     def check(self, mon: Any, o: Observation) -> Verdict:
         cfg = o.config
@@ -100,7 +100,7 @@ class AutoCompactBreaker(Invariant):
         n: int = mon
         s, e = o.state, o.event
         if s is not None and s.phase == "compacting" and isinstance(e, CompactionFailed):
-            n = _sat(n + 1, limit)
+            n = saturate(n + 1, limit)
         elif (
             s is not None
             and isinstance(e, CompactionFinished)
@@ -149,7 +149,7 @@ class MotRecoveryLimit(Invariant):
         if nudged:
             if n >= limit:
                 bad = f"recovery nudge {n + 1} exceeds the limit of {limit} since the last reset"
-            n = _sat(n + 1, limit)
+            n = saturate(n + 1, limit)
         if isinstance(c, (NextTurn, StopHookBlocking, TokenBudgetContinuation)):
             n = 0
         return n, ex, bad
@@ -176,7 +176,7 @@ class EscalateOnce(Invariant):
         if esc:
             if n >= 1:
                 bad = f"escalation number {n + 1} in one user turn (the max_tokens override was reset by a recovery nudge)"
-            n = _sat(n + 1, 1)
+            n = saturate(n + 1, 1)
         return n, ex, bad
 
 
@@ -204,7 +204,7 @@ class ReactiveOnce(Invariant):
         if issued:
             if n >= 1:
                 bad = "a second reactive compaction before next_turn or token_budget_continuation"
-            n = _sat(n + 1, 1)
+            n = saturate(n + 1, 1)
         if isinstance(o.continued, (NextTurn, TokenBudgetContinuation)):
             n = 0
         return n, ex, bad
@@ -244,11 +244,13 @@ class NoHooksAfterApiError(Invariant):
     title = "no stop hooks after an API error"
 
     def check(self, mon: Any, o: Observation) -> Verdict:
+        if o.config.legacy.stop_hooks_after_api_error:
+            return mon, False, None  # VER-1: the versions before the guard ran them
         hooks = o.hooks
         bad = None
         if hooks and o.api_errors:
             bad = f"RunStopHooks in the step that emitted an API error ({o.api_errors[0].api_error.kind})"  # type: ignore[union-attr]
-        elif hooks and _is_api_error(hooks[0].conversation.last):
+        elif hooks and is_api_error(hooks[0].conversation.last):
             bad = "RunStopHooks on a conversation that ends in an API-error message"
         elif o.api_errors and o.terminal is None and not _refusal_with_tools(o):
             bad = (
@@ -289,7 +291,7 @@ class StopHookCap(Invariant):
         if blocked:
             if cap is not None and n >= cap:
                 bad = f"stop_hook_blocking number {n + 1} with a cap of {cap}"
-            n = _sat(n + 1, cap if cap is not None else 0)
+            n = saturate(n + 1, cap if cap is not None else 0)
         return n, ex, bad
 
 
@@ -422,7 +424,7 @@ class WithheldErrors(Invariant):
                 break
         c = o.continued
         if isinstance(c, MaxOutputTokensRecovery):
-            nudges = _sat(nudges + 1, cfg.mot_recovery_limit)
+            nudges = saturate(nudges + 1, cfg.mot_recovery_limit)
         if isinstance(c, MaxOutputTokensEscalate):
             escal = 1
         if any(cp.trigger == "reactive" for cp in o.compacts):
@@ -504,7 +506,7 @@ class MaxTurnsBound(Invariant):
         if nt:
             if n + 2 > mt:
                 bad = f"next_turn to turn {n + 2} with max_turns {mt}"
-            n = _sat(n + 1, mt)
+            n = saturate(n + 1, mt)
         elif isinstance(term, MaxTurns) and n < mt and term.turn_count != n + 2:
             bad = f"MaxTurns(turn_count={term.turn_count}) after {n} next_turn transitions"
         return n, ex, bad
@@ -699,7 +701,7 @@ class PauseResumesBounded(Invariant):
         bad = None
         if resumed and n >= cap:
             bad = f"paused response {n + 1} in a row was resumed (the cap is {cap} resumes)"
-        return _sat(n + 1, cap), n >= cap, bad
+        return saturate(n + 1, cap), n >= cap, bad
 
 
 def catalogue() -> tuple[Invariant, ...]:

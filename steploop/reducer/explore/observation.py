@@ -41,7 +41,7 @@ def _appended(old: Conversation, new: Conversation) -> tuple[Message, ...] | Non
     return tuple(out)
 
 
-def _is_api_error(m: object) -> bool:
+def is_api_error(m: object) -> bool:
     return isinstance(m, AssistantMessage) and m.api_error is not None
 
 

@@ -14,7 +14,7 @@ from steploop.reducer.config import LoopConfig
 from steploop.reducer.errors import IllegalEvent
 from steploop.reducer.events import Interrupted, ModelCallFailed, ModelResponseEnded
 from steploop.reducer.explore.abstraction import Abstraction
-from steploop.reducer.explore.cycles import _Analysis, _concrete, _lasso_cex
+from steploop.reducer.explore.cycles import Analysis, concrete_path, lasso_cex
 from steploop.reducer.explore.invariants import (
     Invariant,
     NoProgressFreeCycle,
@@ -27,7 +27,7 @@ from steploop.reducer.explore.invariants import (
 )
 from steploop.reducer.explore.observation import Observation
 from steploop.reducer.explore.report import Counterexample, ExploreProgress, InvariantResult, Report
-from steploop.reducer.explore.state_graph import _BLOCKING, _PROGRESS, _Graph
+from steploop.reducer.explore.state_graph import BLOCKING, PROGRESS, Graph
 from steploop.reducer.explore.world import Move, World, moves
 from steploop.reducer.machine import advance, begin
 from steploop.reducer.state import LoopState, Request, Session
@@ -111,7 +111,7 @@ def explore(
     invs = tuple(invariants) if invariants is not None else catalogue()
     applicable = tuple(inv.applies(config) for inv in invs)
     absn = Abstraction(config)
-    g = _Graph(config, request, session)
+    g = Graph(config, request, session)
     exercised = [0] * len(invs)
     violations = [0] * len(invs)
     firsts: list[Counterexample | None] = [None] * len(invs)
@@ -218,9 +218,9 @@ def explore(
                 if o.current_call_event and isinstance(ev, (ModelResponseEnded, ModelCallFailed)):
                     answers += 1
                 if o.progress:
-                    flags |= _PROGRESS
+                    flags |= PROGRESS
                 if isinstance(o.continued, StopHookBlocking):
-                    flags |= _BLOCKING
+                    flags |= BLOCKING
                 new_calls += len(o.calls)
                 cur = nxt
             transitions += 1
@@ -238,7 +238,7 @@ def explore(
         report_progress(rounds_reached, rounds is not None and rounds_reached > rounds)
 
     # --- graph checks: progress-free cycles (INV-13), unbounded stop-hook blocking (INV-7) ----
-    analysis = _Analysis(g, config, world, deep_world)
+    analysis = Analysis(g, config, world, deep_world)
     lasso = analysis.progress_free_lasso()
     longest, witness_path = analysis.longest_progress_free()
     for i, inv in enumerate(invs):
@@ -248,20 +248,20 @@ def explore(
             exercised[i] += analysis.spinning_edges
             if lasso is not None:
                 violations[i] += 1
-                firsts[i] = firsts[i] or _lasso_cex(
+                firsts[i] = firsts[i] or lasso_cex(
                     analysis, lasso, inv.id, "a cycle without progress: "
                 )
         if isinstance(inv, StopHookCap) and config.stop_hook_block_cap is None:
             loop = analysis.blocking_cycle()
             if loop is not None:
                 violations[i] += 1
-                firsts[i] = firsts[i] or _lasso_cex(
+                firsts[i] = firsts[i] or lasso_cex(
                     analysis, loop, inv.id, "stop-hook blocking without a cap repeats forever: "
                 )
     witness = None
     if witness_path is not None:
         start_node, labels = witness_path
-        witness = _concrete(
+        witness = concrete_path(
             analysis,
             start_node,
             labels,

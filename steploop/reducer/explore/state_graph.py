@@ -11,11 +11,11 @@ from steploop.reducer.machine import start, step
 from steploop.reducer.state import LoopState, Request, Session
 
 # edge flags
-_PROGRESS: Final = 1
-_BLOCKING: Final = 2
+PROGRESS: Final = 1
+BLOCKING: Final = 2
 
 
-class _Graph:
+class Graph:
     """Nodes (abstract states, one concrete representative each) and labelled edges.
 
     A representative is dropped once its node is expanded (memory); :meth:`state` rebuilds it

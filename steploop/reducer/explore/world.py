@@ -23,6 +23,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolTraits,
     WaitElapsed,
 )
@@ -213,6 +214,12 @@ def moves(state: LoopState, config: LoopConfig, world: World | None = None) -> t
             }
             for a in w.stop_hooks:
                 out.append(Move(f"hooks:{a}", (answers[a],)))
+        elif (
+            kind == "refresh_tools"
+        ):  # [R-REFRESH-1] the list as it is (its names the machine keeps not)
+            out.append(
+                Move("refresh:read", (ToolsRefreshed(call_id=key[1], tools=("Read", "Edit")),))
+            )
     for kind in w.interrupts:
         out.append(Move(f"interrupt:{kind}", (Interrupted(kind=kind),)))  # type: ignore[arg-type]
     return tuple(out)

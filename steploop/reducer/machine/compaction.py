@@ -7,7 +7,7 @@ from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.conversation import SYNTHETIC_MODEL, Conversation
 from steploop.reducer.effects import CancelModelCall, Emit
-from steploop.reducer.errors import IllegalEvent
+from steploop.reducer.errors import IllegalEvent, MalformedConversation
 from steploop.reducer.events import (
     CommandQueued,
     CompactionFailed,
@@ -45,9 +45,13 @@ def on_compaction_finished(
         raise IllegalEvent(
             s.phase, e, table.allowed_events(s.phase), f"compaction {e.compact_id} is not running"
         )
+    conversation = Conversation.of(e.messages)
+    if conversation.problem is not None:  # [M-HIST-1] a summary the API would refuse failed
+        failed = CompactionFailed(compact_id=e.compact_id, at_ms=e.at_ms)
+        return on_compaction_failed(s, failed, cfg, fx)
     s = _task_budget_carry(s)
     fx.extend(Emit(item=m) for m in e.messages)
-    s = evolve(s, conversation=Conversation.of(e.messages), tokens_freed=0)
+    s = evolve(s, conversation=conversation, tokens_freed=0)
     if s.phase == "reactive_compacting":  # [C-REACTIVE-1]
         return ending.take_continue(s, cfg, fx, ReactiveCompactRetry, e.at_ms)
     s = evolve(s, compacted_this_round=True, tracking=AutoCompactTracking(compacted=True))
@@ -82,9 +86,12 @@ def on_messages_inserted(s: LoopState, e: MessagesInserted, cfg: LoopConfig, fx:
             table.allowed_events(s.phase),
             f"model call {r.call_id} has already answered; messages are inserted before an answer",
         )
+    conversation = s.conversation.extend(e.messages)
+    if conversation.problem is not None:  # [M-HIST-1] (a state start() made has none)
+        raise MalformedConversation(f"the inserted messages cannot be sent: {conversation.problem}")
     fx.append(CancelModelCall(call_id=r.call_id))
     fx.extend(Emit(item=m) for m in e.messages)
-    s = evolve(s, conversation=s.conversation.extend(e.messages))
+    s = evolve(s, conversation=conversation)
     return pipeline.begin_round(s, cfg, fx, e.at_ms)
 
 

@@ -24,6 +24,7 @@ from steploop.reducer.messages import (
     UserMessage,
 )
 from steploop.reducer.state import LoopState
+from steploop.reducer.texts import api_error_text
 from steploop.reducer.transitions import ImageError, ModelError
 
 FALLBACK_RESULT: Final = "Model fallback triggered"
@@ -121,9 +122,8 @@ def on_call_failed(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) ->
         )
         withhold = cfg.media_recovery_enabled
     else:
-        s, err = api_error(
-            s, kind, f"API Error: {e.message or kind}", e.status, cfg=cfg, raw=e.message
-        )
+        text = api_error_text(cfg, kind, e.message)
+        s, err = api_error(s, kind, text, e.status, cfg=cfg, raw=e.message)
         withhold = False
     if withhold:
         s = evolve(s, round=evolve(s.round, ended=True, withheld=err))
@@ -181,13 +181,11 @@ def _model_error(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> L
 def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     r = s.round
     policy = cfg.retry
-    c529 = r.consecutive_529 + 1 if e.kind == "overloaded" else 0
+    # [R-RETRY-6] a 529 counts toward the limit only for the models the policy names
+    counted = e.kind == "overloaded" and policy.counts_529(s.model)
+    c529 = r.consecutive_529 + 1 if counted else 0
     s = evolve(s, round=evolve(r, consecutive_529=c529))
-    if (
-        e.kind == "overloaded"
-        and cfg.gates.fallback_on_overload
-        and c529 >= policy.max_consecutive_529
-    ):
+    if counted and cfg.gates.fallback_on_overload and c529 >= policy.max_consecutive_529:
         fb = cfg.fallback_model
         if fb is not None and s.model != fb:
             return _model_fallback(s, cfg, fx, fb)
@@ -217,9 +215,8 @@ def _retry(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopSta
 def _give_up(s: LoopState, e: ModelCallFailed, cfg: LoopConfig, fx: FX) -> LoopState:
     """[R-RETRY-4] retries exhausted: an API-error message ends the turn without stop hooks."""
     s = discard_attempt(s, fx, tombstone=True)
-    s, err = api_error(
-        s, e.kind, f"API Error: {e.message or e.kind}", e.status, cfg=cfg, raw=e.message
-    )
+    text = api_error_text(cfg, e.kind, e.message)
+    s, err = api_error(s, e.kind, text, e.status, cfg=cfg, raw=e.message)
     fx.append(Emit(item=err))
     s = evolve(s, round=evolve(s.round, ended=True, error_message=err))
     return table.no_tool_use(s, cfg, fx, e.at_ms)

@@ -41,9 +41,11 @@ def msg_id(s: LoopState) -> tuple[LoopState, str]:
     return evolve(s, ids=evolve(s.ids, msg=n)), f"m{n}"
 
 
-def count(s: LoopState) -> int:
-    """Context size the thresholds compare against [R-TOK-1]."""
-    return max(0, s.conversation.token_count() - s.tokens_freed)
+def count(s: LoopState, cfg: LoopConfig | None = None) -> int:
+    """Context size the thresholds compare against [R-TOK-1], counted as the profile's
+    version counted it [VER-3] (``cfg`` None: as 2.1.88 counts)."""
+    mode = "estimate_from_first" if cfg is None else cfg.legacy.context_count
+    return max(0, s.conversation.token_count(mode) - s.tokens_freed)
 
 
 def api_error(
@@ -62,6 +64,8 @@ def api_error(
     ``details`` what the text leaves out."""
     s, mid = msg_id(s)
     category = error_category(kind, status, raw) if cfg.texts == "claude_code" else None
+    if category is not None and cfg.legacy.api_errors_1_0:
+        category = ""  # [VER-6] 1.0.x wrote no `error` field
     return s, AssistantMessage(
         id=mid,
         response_id=f"r{s.round.call_id}",

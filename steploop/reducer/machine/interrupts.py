@@ -10,6 +10,7 @@ from steploop.reducer.config import LoopConfig
 from steploop.reducer.effects import (
     CancelCompaction,
     CancelModelCall,
+    CancelRefreshTools,
     CancelStopHooks,
     CancelTools,
     CancelWait,
@@ -103,6 +104,15 @@ def interrupt(s: LoopState, cfg: LoopConfig, fx: FX, kind: str, now: int) -> Loo
         s = streaming.release(s, cfg, fx)
         assert s.round.pending_terminal is not None
         return finish_aborted(s, cfg, fx, type(s.round.pending_terminal))
+    if phase == "refreshing_tools":  # [I-7] the round's results are committed already
+        fx.append(CancelRefreshTools(call_id=r.call_id))
+        if kind == "hard":
+            s, m = user(s, INTERRUPT_MESSAGE_TOOLS, origin="interrupt")
+            fx.append(Emit(item=m))
+            s = evolve(s, conversation=s.conversation.append(m))
+        if cfg.max_turns is not None and s.turn_count + 1 > cfg.max_turns:
+            s = tool_round_end.max_turns_attachment(s, cfg, fx, s.turn_count + 1)
+        return ending.finish(s, cfg, fx, AbortedTools)
     if phase == "stop_hooks":  # [I-6]
         fx.append(CancelStopHooks(hooks_id=r.pending_id))
         extra: list[Message] = []

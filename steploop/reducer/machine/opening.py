@@ -6,20 +6,37 @@ from __future__ import annotations
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.effects import Emit
+from steploop.reducer.errors import MalformedConversation
 from steploop.reducer.machine import pipeline
 from steploop.reducer.machine.helpers import FX, msg_id
-from steploop.reducer.messages import TextBlock, UserMessage
+from steploop.reducer.messages import Block, TextBlock, UserMessage
 from steploop.reducer.state import AutoCompactTracking, LoopState, Request, Session
 
 
 def open_turn(
     request: Request, config: LoopConfig, session: Session | None
 ) -> tuple[LoopState, FX]:
-    """The first state of a user turn: the prompt emitted and stored, then the first round."""
+    """The first state of a user turn: the prompt emitted and stored, then the first round.
+
+    Raises:
+        MalformedConversation: [M-HIST-1] the prompt is empty or blank, or the session's
+            history, or the prompt, holds what the API refuses.
+    """
     session = session or Session()
-    content = (
-        (TextBlock(text=request.prompt),) if isinstance(request.prompt, str) else request.prompt
-    )
+    problem = session.conversation.problem
+    if problem is not None:
+        raise MalformedConversation(f"the session's conversation cannot be sent: {problem}")
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        if not prompt or prompt.isspace():
+            raise MalformedConversation(
+                "the prompt is empty or only whitespace: the API refuses a message without text"
+            )
+        content: tuple[Block, ...] = (TextBlock(text=prompt),)
+    else:
+        if not prompt:
+            raise MalformedConversation("the prompt has no content blocks")
+        content = prompt
     failures = session.autocompact_failures if config.autocompact_breaker_scope == "session" else 0
     s = LoopState(
         phase="streaming",
@@ -33,7 +50,10 @@ def open_turn(
         ids=session.ids,
     )
     s, mid = msg_id(s)
-    prompt = UserMessage(id=mid, content=content, origin="prompt")
-    s = evolve(s, conversation=s.conversation.append(prompt))
-    fx = FX((Emit(item=prompt),))
+    message = UserMessage(id=mid, content=content, origin="prompt")
+    conversation = s.conversation.append(message)
+    if conversation.problem is not None:
+        raise MalformedConversation(f"the prompt cannot be sent: {conversation.problem}")
+    s = evolve(s, conversation=conversation)
+    fx = FX((Emit(item=message),))
     return pipeline.begin_round(s, config, fx, request.at_ms), fx

@@ -23,9 +23,13 @@ def begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     the event that began it."""
     gates = cfg.gates
     # [S-SNIP-1] snip (steploop rule)
-    if gates.history_snip and count(s) >= cfg.snip_threshold:
+    if gates.history_snip and count(s, cfg) >= cfg.snip_threshold:
         conv, freed, boundary = snip(
-            s.conversation, count(s), cfg.snip_threshold, cfg.snip_keep_rounds, f"m{s.ids.msg + 1}"
+            s.conversation,
+            count(s, cfg),
+            cfg.snip_threshold,
+            cfg.snip_keep_rounds,
+            f"m{s.ids.msg + 1}",
         )
         if boundary is not None:
             s = evolve(
@@ -46,10 +50,10 @@ def begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
         if cleared:
             s = evolve(s, conversation=conv)
     # [S-COLLAPSE-1] context collapse commit (steploop rule), nothing emitted
-    if gates.context_collapse and count(s) >= cfg.collapse_threshold:
+    if gates.context_collapse and count(s, cfg) >= cfg.collapse_threshold:
         conv, freed, committed = collapse(
             s.conversation,
-            count(s),
+            count(s, cfg),
             cfg.collapse_threshold,
             cfg.collapse_keep_rounds,
             f"m{s.ids.msg + 1}",
@@ -65,12 +69,15 @@ def begin_round(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
     if (
         cfg.auto_compact_enabled
         and not _breaker_tripped(s, cfg)
-        and count(s) >= cfg.autocompact_threshold
+        and count(s, cfg) >= cfg.autocompact_threshold
     ):
         cid = s.ids.compact + 1
         fx.append(
             Compact(
-                compact_id=cid, conversation=s.conversation, trigger="auto", pre_tokens=count(s)
+                compact_id=cid,
+                conversation=s.conversation,
+                trigger="auto",
+                pre_tokens=count(s, cfg),
             )
         )
         return evolve(
@@ -97,7 +104,7 @@ def _blocking_applies(s: LoopState, cfg: LoopConfig) -> bool:
 
 def blocking_then_call(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     """The end of the pipeline: the blocking limit ends the turn, else the round's first call."""
-    if _blocking_applies(s, cfg) and count(s) >= cfg.blocking_limit:
+    if _blocking_applies(s, cfg) and count(s, cfg) >= cfg.blocking_limit:
         s, err = api_error(s, "blocking_limit", PROMPT_TOO_LONG, cfg=cfg)
         fx.append(Emit(item=err))
         fresh = Round(call_id=s.ids.call, generation=s.ids.generation + 1)  # no call was made
@@ -146,6 +153,7 @@ def call_model(s: LoopState, cfg: LoopConfig, fx: FX, *, fresh: bool = False) ->
             streaming=r.streaming,
             task_budget=budget,
             query_source=cfg.query_source,
+            thinking_budget=cfg.thinking_budget,  # [R-THINK-1]
         )
     )
     return s

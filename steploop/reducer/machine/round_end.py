@@ -60,7 +60,9 @@ def prompt_too_long(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
     if _withheld_kind(s) != "prompt_too_long":
         return s, False
     if cfg.gates.context_collapse and not isinstance(s.transition, CollapseDrainRetry):
-        conv, freed, committed = collapse(s.conversation, count(s), None, 1, f"m{s.ids.msg + 1}")
+        conv, freed, committed = collapse(
+            s.conversation, count(s, cfg), None, 1, f"m{s.ids.msg + 1}"
+        )
         if committed > 0:
             s = evolve(
                 s,
@@ -87,10 +89,15 @@ def media(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
 
 
 def api_error_exit(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
-    """[G1] an API error ends the turn without stop hooks."""
+    """[G1] an API error ends the turn without stop hooks; [VER-1] before the guard, the
+    error joins the conversation and the stop hooks run on it (the rungs after this one)."""
     err = s.round.error_message
     if err is None:
         return s, False
+    if cfg.legacy.stop_hooks_after_api_error:
+        s = commit(s, [err])
+        # committed: the round's records and the error are now in the conversation
+        return evolve(s, round=evolve(s.round, blocks=(), results=(), error_message=None)), False
     s = commit(s, [err])
     return ending.finish(s, cfg, fx, Completed), True
 
@@ -197,7 +204,10 @@ def _reactive_compact(s: LoopState, cfg: LoopConfig, fx: FX) -> LoopState:
     cid = s.ids.compact + 1
     fx.append(
         Compact(
-            compact_id=cid, conversation=s.conversation, trigger="reactive", pre_tokens=count(s)
+            compact_id=cid,
+            conversation=s.conversation,
+            trigger="reactive",
+            pre_tokens=count(s, cfg),
         )
     )
     return evolve(
@@ -240,9 +250,10 @@ def mot_ladder(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
     return surface(s, cfg, fx, Completed), True  # exhausted: API-error exit [G1]
 
 
-def _stop_hook_summary(s: LoopState, e: StopHooksFinished, fx: FX) -> LoopState:
-    """Emit the stop-hook summary when a hook ran (never sent to the model)."""
-    if e.hook_count:
+def _stop_hook_summary(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -> LoopState:
+    """Emit the stop-hook summary when a hook ran (never sent to the model); [VER-2] never
+    in the versions that wrote none."""
+    if e.hook_count and not cfg.legacy.no_stop_hook_summary:
         s, summary = system(
             s, "stop_hook_summary", f"Ran {e.hook_count} stop hook(s)", "suggestion"
         )
@@ -266,14 +277,14 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
         e.prevent or (bool(e.blocking_errors) and not capped)
     )
     if not summary_last:
-        s = _stop_hook_summary(s, e, fx)
+        s = _stop_hook_summary(s, e, cfg, fx)
     if e.prevent:  # [T-PREVENT-1]
         s, att = attachment(
             s, "hook_stopped_continuation", (("hookName", "Stop"), ("stopReason", e.stop_reason))
         )
         fx.append(Emit(item=att))
         if summary_last:
-            s = _stop_hook_summary(s, e, fx)
+            s = _stop_hook_summary(s, e, cfg, fx)
         s = commit(s, [*extra, att])
         return ending.finish(s, cfg, fx, StopHookPrevented)
     if e.blocking_errors:
@@ -292,7 +303,7 @@ def on_stop_hooks(s: LoopState, e: StopHooksFinished, cfg: LoopConfig, fx: FX) -
             fx.append(Emit(item=fb))
             extra.append(fb)
         if summary_last:
-            s = _stop_hook_summary(s, e, fx)
+            s = _stop_hook_summary(s, e, cfg, fx)
         s = commit(s, extra)
         s = evolve(s, stop_hook_blocks=s.stop_hook_blocks + 1)
         return ending.take_continue(s, cfg, fx, StopHookBlocking, e.at_ms)

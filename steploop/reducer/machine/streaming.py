@@ -23,6 +23,7 @@ from steploop.reducer.machine import failures, interrupts, table
 from steploop.reducer.machine.helpers import FX, api_error
 from steploop.reducer.messages import (
     AssistantMessage,
+    Tombstone,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseSummary,
@@ -55,11 +56,41 @@ def late_call(s: LoopState, e: ModelBlockReceived | ModelResponseEnded | ModelCa
     return False
 
 
+MALFORMED: Final = "the model sent a malformed response: "
+"""How the machine words a response it refuses (the shell's words, B-MODEL-1)."""
+
+
+def tool_use_problem(s: LoopState, tool_use_id: str) -> str | None:
+    """[B-MODEL-2] [M-HIST-1] What makes a streamed tool_use's id one the API would refuse in
+    the next request, or None: empty, repeated in the response, or used by the conversation
+    (O(1): the conversation's id index, R-COST-3)."""
+    if not tool_use_id or tool_use_id.isspace():
+        return f"tool_use id {tool_use_id!r} is empty"
+    for sl in s.round.slots:
+        if sl.tool_use_id == tool_use_id:
+            return f"tool_use id {tool_use_id!r} appears twice in one response"
+    if s.conversation.has_tool_use(tool_use_id):
+        return (
+            f"tool_use id {tool_use_id!r} is already used by an earlier message of the"
+            " conversation (the API never reuses one; a tool_result could not name its tool_use)"
+        )
+    return None
+
+
 def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> LoopState:
     if late_call(s, e):
         return s
+    if e.block.__class__ is ToolUseBlock:  # [B-MODEL-2] a malformed response ends the call
+        problem = tool_use_problem(s, e.block.id)
+        if problem is not None:
+            failed = ModelCallFailed(
+                call_id=e.call_id, kind="unknown", message=MALFORMED + problem, at_ms=e.at_ms
+            )
+            return failures.on_call_failed(s, failed, cfg, fx)
     r = s.round
-    if r.sticky_fallback and cfg.compat.sticky_streaming_fallback and r.blocks:
+    # [Q-14] a non-streaming answer is one complete message: a further block joins it
+    joins = not r.streaming and bool(r.blocks) and cfg.compat.nonstreaming_single_message
+    if r.sticky_fallback and cfg.compat.sticky_streaming_fallback and r.blocks and not joins:
         # [Q-3] the reference re-runs the tombstone-and-clear on every later item
         s = failures.discard_attempt(s, fx, tombstone=True)
         r = s.round
@@ -68,9 +99,20 @@ def on_block(s: LoopState, e: ModelBlockReceived, cfg: LoopConfig, fx: FX) -> Lo
         return s  # [R-TOOL-4] a truncated tool (or server tool) input is never emitted or stored
     n = s.ids.msg + 1
     model = e.model or s.model  # [R-MODEL-1] the serving model, once the client knows it
-    rec = AssistantMessage(id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,))
-    fx.append(Emit(item=rec))
-    blocks = (*r.blocks, rec)
+    if joins:
+        last = r.blocks[-1]
+        fx.append(Emit(item=Tombstone(message_id=last.id)))
+        rec = AssistantMessage(
+            id=f"m{n}", response_id=last.response_id, model=model, content=(*last.content, block)
+        )
+        fx.append(Emit(item=rec))
+        blocks = (*r.blocks[:-1], rec)
+    else:
+        rec = AssistantMessage(
+            id=f"m{n}", response_id=f"r{r.call_id}", model=model, content=(block,)
+        )
+        fx.append(Emit(item=rec))
+        blocks = (*r.blocks, rec)
     ids = evolve(s.ids, msg=n)
     if isinstance(block, ToolUseBlock):
         traits = e.tool or ToolTraits(known=False)
@@ -284,6 +326,10 @@ def on_tool_finished(s: LoopState, e: ToolFinished, cfg: LoopConfig, fx: FX) -> 
     s = _set_slot(s, i, done)
     if hook:
         s = evolve(s, round=evolve(s.round, hook_stop=True))
+    if e.model and not sl.traits.concurrency_safe:
+        # [R-MODEL-2] the tool's context modifier sets the main loop's model for the rest of
+        # the turn (the reference applies modifiers of non-safe tools only)
+        s = evolve(s, model=e.model)
     if e.is_error and sl.traits.cancels_siblings_on_error and s.round.sibling_error is None:
         s = _cancel_siblings(s, sl, fx)
     return _after_slot_change(s, cfg, fx, e.at_ms)

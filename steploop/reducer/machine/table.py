@@ -15,7 +15,8 @@ A round runs the reference order [R-ORDER-1]:
     stream: blocks arrive; safe tools start mid-stream; non-safe ones after the end
     no tool use:  PTL ladder -> media ladder -> MOT ladder -> API-error exit (a refusal is
                   one) -> pause_turn resume -> stop hooks -> token budget -> completed
-    tool use:     (interrupts abort) -> hook_stopped -> max_turns -> next_turn
+    tool use:     (interrupts abort) -> hook_stopped -> queued commands -> tool list
+                  refreshed (gated) -> max_turns -> next_turn
 
 The machine waits for the world in *phases*. ``TABLE`` below maps (phase, event type) to the
 handler that applies; a pair missing from the table is a driver error and raises
@@ -59,6 +60,7 @@ imports none of them, is imported by name.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
@@ -67,7 +69,7 @@ import attrs
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.effects import Effect
-from steploop.reducer.errors import IllegalEvent
+from steploop.reducer.errors import IllegalEvent, WrongType
 from steploop.reducer.events import (
     CommandQueued,
     CompactionFailed,
@@ -81,6 +83,7 @@ from steploop.reducer.events import (
     PermissionAnswered,
     StopHooksFinished,
     ToolFinished,
+    ToolsRefreshed,
     ToolUseSummaryReady,
     WaitElapsed,
 )
@@ -138,7 +141,12 @@ def start(
     Returns:
         The first state and its effects: the prompt is emitted, then the first round's
         pipeline runs (usually ending in ``CallModel``).
+
+    Raises:
+        WrongType: an argument is not a Request, a LoopConfig, a Session or None [M-TYPE-1].
+        MalformedConversation: the prompt or the session is one the API refuses [M-HIST-1].
     """
+    check_start(request, config, session)
     s, fx = opening.open_turn(request, config, session)
     return s, tuple(fx)
 
@@ -146,6 +154,7 @@ def start(
 def begin(request: Request, config: LoopConfig, session: Session | None = None) -> Stepped:
     """:func:`start`, with every transition it passed through (the first round can end at once
     in ``blocking_limit``): ``(state, effects, transitions)``."""
+    check_start(request, config, session)
     s, fx = opening.open_turn(request, config, session)
     return s, tuple(fx), fx.passed
 
@@ -168,6 +177,7 @@ class Rung:
     run: Callable[[LoopState, LoopConfig, FX, int], Rungs]
     exits: tuple[object, ...]  # transition classes, and phases it leaves the machine in
     waits: bool = False  # it waits for the world; the rungs after it run on the answer
+    gated: bool = False  # it waits only under its gate; without it the ladder goes on
 
 
 START: Final[tuple[object, ...]] = ("compacting", "streaming", BlockingLimit)
@@ -239,19 +249,29 @@ TOOL_ROUND_END: Final[tuple[Rung, ...]] = (
     Rung("R-SUM-1", "results committed, summary requested", tool_round_end.tools_done, ()),
     Rung("T-HOOK-1", "hook_stopped", tool_round_end.hook_stopped, (HookStopped,)),
     Rung("R-CMD-1", "queued commands", tool_round_end.queued_commands, ()),
+    Rung(
+        "R-REFRESH-1",
+        "tool list refreshed",
+        tool_round_end.refresh_tools,
+        ("refreshing_tools",),
+        waits=True,
+        gated=True,
+    ),
     Rung("T-MAXTURNS-1", "max_turns", tool_round_end.max_turns, (MaxTurns,)),
     Rung("C-NEXT-1", "next_turn", tool_round_end.next_turn, (NextTurn,)),
 )
 """The tool-use path once every tool of the round is done (interrupts abort before it):
-hook_stopped -> max_turns -> next_turn."""
+hook_stopped -> queued commands -> the tool list refreshed (gated) -> max_turns -> next_turn."""
 
 
 _TOOL_ROUND_END_RUNS: Final = tuple(r.run for r in TOOL_ROUND_END)
+AFTER_REFRESH_AT: Final = next(i for i, r in enumerate(TOOL_ROUND_END) if r.waits) + 1
+"""Where the refreshed list's answer goes on in ``TOOL_ROUND_END``: the rung after the refresh."""
 
 
-def after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> LoopState:
-    """The tool-use ladder: TOOL_ROUND_END until a rung ends the round."""
-    for run in _TOOL_ROUND_END_RUNS:
+def after_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int, start: int = 0) -> LoopState:
+    """The tool-use ladder: TOOL_ROUND_END from rung ``start`` until a rung ends the round."""
+    for run in _TOOL_ROUND_END_RUNS[start:] if start else _TOOL_ROUND_END_RUNS:
         s, ended = run(s, cfg, fx, now)
         if ended:
             return s
@@ -464,6 +484,11 @@ TABLE: dict[Phase, dict[type, Handler]] = {
         CompactionFailed: compaction.on_compaction_failed,
     },
     "stop_hooks": {**_LATE, **_ALWAYS, StopHooksFinished: round_end.on_stop_hooks},
+    "refreshing_tools": {
+        **_LATE,
+        **_ALWAYS,
+        ToolsRefreshed: tool_round_end.on_tools_refreshed,
+    },
     "done": {},  # a finished turn accepts nothing
 }
 
@@ -476,6 +501,7 @@ TABLE: dict[Phase, dict[type, Handler]] = {
 # tests/reducer/test_graph.py holds that drawing consistent with the one the explorer observes.
 
 AFTER_HOOKS: Final[tuple[Rung, ...]] = ROUND_END[AFTER_HOOKS_AT:]
+AFTER_REFRESH: Final[tuple[Rung, ...]] = TOOL_ROUND_END[AFTER_REFRESH_AT:]
 
 NEXT_ROUND: Final[dict[type[Continue], tuple[object, ...]]] = {
     **{kind: START for kind in CONTINUE_TYPES},
@@ -540,6 +566,10 @@ OUTCOMES: Final[dict[Phase, dict[type, tuple[object, ...]]]] = {
         StopHooksFinished: (StopHookPrevented, StopHookBlocking, AFTER_HOOKS),
         Interrupted: (StopHookPrevented,),
     },
+    "refreshing_tools": {
+        ToolsRefreshed: (AFTER_REFRESH,),
+        Interrupted: (AbortedTools,),  # [I-7]
+    },
     "done": {},
 }
 
@@ -552,6 +582,39 @@ _ALLOWED: dict[Phase, tuple[str, ...]] = {
 def allowed_events(phase: Phase) -> tuple[str, ...]:
     """Names of the event types ``phase`` accepts."""
     return _ALLOWED[phase]
+
+
+EVENT_TYPES: Final[frozenset[type]] = frozenset(typing.get_args(Event))
+_EVENT_NAMES: Final = "an event (" + ", ".join(sorted(t.__name__ for t in EVENT_TYPES)) + ")"
+
+
+def check_start(request: object, config: object, session: object) -> None:
+    """[M-TYPE-1] start()'s arguments are of their types (the request and the session checked
+    their fields when they were built)."""
+    if not isinstance(request, Request):
+        raise WrongType("start(): request", "a Request", request)
+    if not isinstance(config, LoopConfig):
+        raise WrongType("start(): config", "a LoopConfig", config)
+    if session is not None and not isinstance(session, Session):
+        raise WrongType("start(): session", "a Session or None", session)
+
+
+def check_step(state: object, config: object) -> None:
+    """[M-TYPE-1] step()'s state and config are of their types; run when the fast check
+    (exact classes) fails, so a subclass still passes. The event is checked by the table
+    lookup (:func:`_refused`)."""
+    if not isinstance(state, LoopState):
+        raise WrongType("step(): state", "a LoopState", state)
+    if not isinstance(config, LoopConfig):
+        raise WrongType("step(): config", "a LoopConfig", config)
+
+
+def _refused(state: LoopState, event: object) -> Exception:
+    """What step() raises for an event no handler of the phase takes: a value that is not an
+    event is the wrong type [M-TYPE-1]; an event the phase does not accept is illegal [M-2]."""
+    if type(event) not in EVENT_TYPES:
+        return WrongType("step(): event", _EVENT_NAMES, event)
+    return IllegalEvent(state.phase, event, _ALLOWED[state.phase])
 
 
 def step(
@@ -569,10 +632,13 @@ def step(
 
     Raises:
         IllegalEvent: the event cannot happen in ``state.phase`` (after a Terminal, none can).
+        WrongType: an argument is not of its type (an event, a state, a config) [M-TYPE-1].
     """
+    if state.__class__ is not LoopState or config.__class__ is not LoopConfig:
+        check_step(state, config)
     handler = TABLE[state.phase].get(type(event))
     if handler is None:
-        raise IllegalEvent(state.phase, event, _ALLOWED[state.phase])
+        raise _refused(state, event)
     fx = FX()
     new = handler(state, event, config, fx)
     return new, tuple(fx)
@@ -587,9 +653,11 @@ def advance(state: LoopState, event: Event, config: LoopConfig) -> Stepped:
     that ended the turn. It is what happened, as data: no consumer needs to compare
     ``state.transition`` objects to find out, and none is lost.
     """
+    if state.__class__ is not LoopState or config.__class__ is not LoopConfig:
+        check_step(state, config)
     handler = TABLE[state.phase].get(type(event))
     if handler is None:
-        raise IllegalEvent(state.phase, event, _ALLOWED[state.phase])
+        raise _refused(state, event)
     fx = FX()
     new = handler(state, event, config, fx)
     return new, tuple(fx), fx.passed

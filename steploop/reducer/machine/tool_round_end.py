@@ -1,6 +1,8 @@
 """The tool-use path: the rungs of the ``TOOL_ROUND_END`` ladder (results committed and
-summarised, hook_stopped, queued commands, max_turns, next_turn), run once every tool of the
-round is done. The ladder itself, as ordered data, is ``table.TOOL_ROUND_END``."""
+summarised, hook_stopped, queued commands, the tool list refreshed, max_turns, next_turn), run
+once every tool of the round is done. The ladder itself, as ordered data, is
+``table.TOOL_ROUND_END``; the refresh waits for the world, and its answer
+(:func:`on_tools_refreshed`) goes on from the rung after it."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from typing import Final
 
 from steploop.reducer._replace import evolve
 from steploop.reducer.config import LoopConfig
-from steploop.reducer.effects import Emit, SummarizeToolUse
-from steploop.reducer.machine import ending
+from steploop.reducer.effects import Emit, RefreshTools, SummarizeToolUse
+from steploop.reducer.errors import IllegalEvent
+from steploop.reducer.events import ToolsRefreshed
+from steploop.reducer.machine import ending, table
 from steploop.reducer.machine.helpers import FX, Rungs, attachment, commit
 from steploop.reducer.messages import Message
 from steploop.reducer.state import LoopState
@@ -59,6 +63,24 @@ def queued_commands(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
             consumed.append(cid)
         s = evolve(s, queued_commands=(), consumed_commands=tuple(consumed))
     return s, False
+
+
+def refresh_tools(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:
+    """[R-REFRESH-1] with the gate, the world reads the tool list as it is now (the reference's
+    ``refreshTools()``, step 11 of the tool path) and the round waits for its answer."""
+    if not cfg.gates.tool_refresh:
+        return s, False
+    fx.append(RefreshTools(call_id=s.round.call_id))
+    return evolve(s, phase="refreshing_tools"), True
+
+
+def on_tools_refreshed(s: LoopState, e: ToolsRefreshed, cfg: LoopConfig, fx: FX) -> LoopState:
+    """[R-REFRESH-1] the list is read: the ladder goes on (max_turns, next_turn)."""
+    if e.call_id != s.round.call_id:
+        raise IllegalEvent(
+            s.phase, e, table.allowed_events(s.phase), f"no refresh of round {e.call_id} is open"
+        )
+    return table.after_tools(s, cfg, fx, e.at_ms, table.AFTER_REFRESH_AT)
 
 
 def max_turns(s: LoopState, cfg: LoopConfig, fx: FX, now: int) -> Rungs:

@@ -77,9 +77,12 @@ def configs(
     toggle_gates: bool = True,
     toggle_compat: bool = True,
     small_windows: bool = True,
+    toggle_legacy: bool = False,
 ) -> LoopConfig:
     """A profile with random gate and compatibility-flag toggles, small context windows and
-    small limits (so breakers, caps and max_turns are reached in a few steps)."""
+    small limits (so breakers, caps and max_turns are reached in a few steps); with
+    ``toggle_legacy``, the behaviours of earlier Claude Code versions too (the ``legacy``
+    group, specs/ VER-*)."""
     base = PROFILES[draw(st.sampled_from(profiles))]()
     changes: dict[str, Any] = {}
     if toggle_gates:  # each gate flipped or not; shrinks towards the profile itself
@@ -94,6 +97,17 @@ def configs(
             f.name: not getattr(compat, f.name) for f in attrs.fields(Compat) if draw(st.booleans())
         }
         changes["compat"] = attrs.evolve(compat, **flips)
+    if toggle_legacy:
+        legacy = base.legacy
+        changes["legacy"] = attrs.evolve(
+            legacy,
+            stop_hooks_after_api_error=draw(st.booleans()),
+            no_stop_hook_summary=draw(st.booleans()),
+            api_errors_1_0=draw(st.booleans()),
+            context_count=draw(
+                st.sampled_from(("estimate_from_first", "estimate_from_last", "last_usage"))
+            ),
+        )
     if small_windows:
         changes["context_window"] = draw(st.sampled_from(WINDOWS))
     changes["max_turns"] = draw(st.none() | st.integers(1, 4))

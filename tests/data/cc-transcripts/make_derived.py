@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import derived_versions
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "derived"
 MAIN = HERE / "fasthooks" / "sample_main_transcript.jsonl"
@@ -338,6 +340,8 @@ def main() -> None:
             ],
         ],
     )
+
+    derived_versions.main(expect, write)  # the shapes of other Claude Code versions (VER-*)
 
     (OUT / "expected.json").write_text(json.dumps(EXPECTED, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {len(EXPECTED)} derived transcripts and expected.json to {OUT}")
