@@ -364,3 +364,154 @@ def test_the_outside_runs_operators_reach_the_behaviour_it_found_unpinned(all_mu
     tables = {fn for f, fn, op, _ in found if op == "table" and f.startswith("steploop/reducer/")}
     assert {"TABLE", "OUTCOMES", "RESETS", "REQUESTS", "ROUND_END", "TOOL_ROUND_END"} <= tables
     assert {op for _, _, op, _ in found} == set(mu.OPERATORS)
+
+
+# --- the modules that run the mutants (recording, orchestrator, report, cli) ---------------------
+
+
+def test_module_names_of_the_files_in_scope() -> None:
+    """A file in scope is imported (and hooked in a fresh interpreter) under its dotted name;
+    a package's __init__ under the package's."""
+    from tests.support.mutation.recording import module_name
+
+    assert module_name("steploop/reducer/drive.py") == "steploop.reducer.drive"
+    assert module_name("steploop/reducer/machine/__init__.py") == "steploop.reducer.machine"
+    for t in mu.SCOPE:  # every one names a module that imports
+        assert module_name(t.file).startswith("steploop."), t.file
+
+
+def test_the_instrumented_code_records_the_statements_a_call_executed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every statement of a unit is numbered; the instrumented code calls the hit recorder
+    before each statement it runs (not the docstring), so a branch not taken records nothing,
+    and a mutant maps to the innermost statement holding it."""
+    import builtins
+
+    from tests.support.mutation.recording import HIT, Statements
+
+    src = textwrap.dedent(
+        '''
+        def f(a):
+            """Doc."""
+            b = a + 1
+            if a > 3:
+                b = 0
+            return b
+        '''
+    )
+    (tmp_path / "x.py").write_text(src)
+    monkeypatch.setattr(mu.scope, "ROOT", tmp_path)
+    fs = _fs(src)
+    st = Statements()
+    code = st.instrumented(fs)
+    hits: set[int] = set()
+    monkeypatch.setitem(builtins.__dict__, HIT, hits.add)
+    namespace: dict[str, object] = {}
+    exec(compile(ast.Module([fs.node], []), "x.py", "exec"), namespace)
+    fn = namespace["f"]
+    assert callable(fn)
+    fn.__code__ = code  # type: ignore[attr-defined]
+    assert fn(1) == 2
+    low = set(hits)
+    hits.clear()
+    assert fn(5) == 0
+    high = set(hits)
+    assert len(low) == 3 and len(high) == 4 and low < high  # b = a + 1, if, return (+ b = 0)
+    assert set(st.function_of) == {fs.name} and len(st.function_of) == 4
+    inner = next(m for m in mu.generate([fs]) if m.op == "const" and m.change == "0 -> 1")
+    cond = next(m for m in mu.generate([fs]) if m.op == "cmp")
+    assert st.of_mutant(inner, fs) in high - low  # only the call that took the branch ran it
+    assert st.of_mutant(cond, fs) in low  # the if statement itself
+
+
+def test_a_childs_result_becomes_one_outcome(tmp_path: Path, all_mutants: list[mu.Mutant]) -> None:
+    """What a child wrote decides the outcome: a failing test kills (named), an error or a
+    missing result (the process died) kills, no failure survives, no test run is uncovered."""
+    from tests.support.mutation.orchestrator import read_outcome
+
+    m = all_mutants[0]
+    out = tmp_path / "r.json"
+    cases = [
+        ({"failed": ["tests/x.py::t"], "ran": 2}, ("killed", "tests/x.py::t", 2)),
+        ({"failed": [], "ran": 5}, ("survived", "", 5)),
+        ({"failed": [], "ran": 0}, ("uncovered", "no test ran", 0)),
+        ({"error": "MemoryError: "}, ("killed", "the test run raised MemoryError: ", 0)),
+    ]
+    for result, want in cases:
+        out.write_text(json.dumps(result))
+        o = read_outcome(m, out, 0, 1.5)
+        assert (o.status, o.detail, o.tests_run) == want, result
+        assert not out.exists() and o.seconds == 1.5
+    died = read_outcome(m, out, 9, 0.1)  # os.waitpid's status of a child killed by SIGKILL
+    assert (died.status, died.detail) == ("killed", "the test process died (signal 9)")
+
+
+def test_the_summary_counts_and_rates(all_mutants: list[mu.Mutant]) -> None:
+    """Kill rate = killed / (mutants - identical - equivalent), for all and for the guard
+    functions; a listed equivalent that a test kills is stale; rates by file likewise."""
+    from tests.support.mutation.report import summarize
+
+    guard = [m for m in all_mutants if m.guard][:3]
+    other = [m for m in all_mutants if not m.guard and m.file != guard[0].file][:3]
+    outcomes = [
+        mu.Outcome(guard[0], "killed", "t"),
+        mu.Outcome(guard[1], "survived"),
+        mu.Outcome(guard[2], "timeout", "over 60 s"),
+        mu.Outcome(other[0], "identical"),
+        mu.Outcome(other[1], "survived"),  # listed as equivalent
+        mu.Outcome(other[2], "killed", "tests/y.py::t"),  # listed, but killed: stale
+    ]
+    eq = {other[1].key: "why", other[2].key: "why"}
+    s = summarize(outcomes, eq, full=False)
+    assert (s.generated, s.identical, s.equivalent, s.killed) == (6, 1, 1, 3)
+    assert [o.mutant for o in s.survivors] == [guard[1]] == [o.mutant for o in s.guard_survivors]
+    assert s.rate == 3 / 4 and s.guard_rate == 2 / 3
+    assert s.stale == [f"{other[2].key} (listed as equivalent, but killed by tests/y.py::t)"]
+    assert summarize(outcomes, {**eq, "gone | f | cmp | x | y": "why"}, full=True).stale[0] == "gone | f | cmp | x | y"
+    rates = {r.file: r for r in mu.rates_by_file(outcomes, eq)}
+    g = rates[guard[0].file]
+    assert (g.mutants, g.killed, g.survived) == (3, 2, 1) and g.rate == 2 / 3
+    o = rates[other[0].file]
+    assert (o.mutants, o.killed, o.equivalent, o.survived, o.rate) == (2, 1, 1, 0, 1.0)
+
+
+def test_the_command_line_refuses_what_it_cannot_do(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """No matching mutant, --resume or --report without --json, --rerun-survivors without
+    --resume: one line each and exit 2, nothing run."""
+    assert mu.main(["--only", "no/such/file.py:1"]) == 2
+    assert capsys.readouterr().out == "no mutant matches\n"
+    f = str(tmp_path / "o.jsonl")
+    for argv, line in [
+        (["--full", "--resume"], "mutation: --resume, --rerun-survivors and --report read the outcomes of --json FILE"),
+        (["--full", "--report"], "mutation: --resume, --rerun-survivors and --report read the outcomes of --json FILE"),
+        (["--full", "--rerun-survivors", "--json", f], "mutation: --rerun-survivors goes with --resume"),
+    ]:
+        assert mu.main(argv) == 2, argv
+        assert capsys.readouterr().out == line + "\n", argv
+
+
+def test_the_list_marks_guards_and_equivalents(capsys: pytest.CaptureFixture[str]) -> None:
+    """--list (of the operators asked for) prints one line a mutant, G for a guard function's,
+    "(equivalent)" for a listed one, and the counts; it runs nothing."""
+    assert mu.main(["--list", "--ops", "cmp"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    body, last = lines[:-2], lines[-1]
+    mutants = mu.generate(None, ("cmp",))
+    assert len(body) == len(mutants) and all("[cmp]" in line for line in body)
+    assert sum(line.startswith("G ") for line in body) == sum(m.guard for m in mutants)
+    eq = mu.load_equivalents()
+    assert sum(line.endswith("(equivalent)") for line in body) == sum(m.key in eq for m in mutants)
+    assert last.startswith(f"{len(mutants)} mutants in ") and "listed as equivalent" in last
+
+
+def test_a_fresh_interpreter_runs_the_listed_tests_in_order(tmp_path: Path) -> None:
+    """The fresh interpreter's selection keeps only the listed tests, in the listed order, and
+    lifts a module's wall-clock ceiling (CI_SECONDS)."""
+    import types
+
+    from tests.support.mutation.fresh import Select
+
+    module = types.SimpleNamespace(CI_SECONDS=5.0)
+    items = [types.SimpleNamespace(nodeid=n, module=module) for n in ("a::x", "b::y", "c::z")]
+    Select(["c::z", "a::x"]).pytest_collection_modifyitems(None, None, items)
+    assert [it.nodeid for it in items] == ["c::z", "a::x"]
+    assert module.CI_SECONDS == float("inf")
