@@ -342,7 +342,8 @@ def test_the_fresh_interpreters_import_hook_loads_the_mutated_source(tmp_path: P
     try:
         module = importlib.import_module("steploop_mutation_probe")
         assert module.TABLE == (1,) and module.__file__ == str(path)
-        assert finder.find_spec("json") is None
+        other = "json"  # any other module: found as usual, not by the hook
+        assert finder.find_spec(other) is None
     finally:
         sys.meta_path.remove(finder)
         sys.modules.pop("steploop_mutation_probe", None)
