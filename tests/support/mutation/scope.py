@@ -47,6 +47,7 @@ CONFINEMENT = (
     "tests/effects/test_tools_confine.py",
     "tests/effects/test_tools_walk.py",
     "tests/effects/test_tools_races.py",
+    "tests/effects/test_tools_files.py",
     "tests/effects/test_tools.py",
     "tests/effects/test_tools_layout.py",
 )
