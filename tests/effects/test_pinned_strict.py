@@ -26,7 +26,8 @@ TOO_MANY_DIGITS = f"an integer of more than {MAX_INT_DIGITS} digits"
 EVENT_TAGS = (
     "command_queued, compaction_failed, compaction_finished, interrupted, messages_inserted, "
     "model_block_received, model_call_failed, model_response_ended, permission_answered, "
-    "stop_hooks_finished, tool_finished, tool_use_summary_ready, wait_elapsed"
+    "stop_hooks_finished, tool_finished, tool_use_summary_ready, tools_refreshed, "
+    "wait_elapsed"
 )
 
 
