@@ -51,7 +51,11 @@ CONFINEMENT = (
     "tests/effects/test_tools.py",
     "tests/effects/test_tools_layout.py",
 )
-IMPORT_COMPARE = ("tests/effects/test_import.py", "tests/effects/test_import_cases.py")
+IMPORT_COMPARE = (
+    "tests/effects/test_pinned_import.py",
+    "tests/effects/test_import.py",
+    "tests/effects/test_import_cases.py",
+)
 
 
 @dataclass(frozen=True)
