@@ -5,19 +5,26 @@ A round ends with the transition a step records (a Continue starts the next one)
 counts rounds as the live display of ``run`` does; "tokens in" counts every prompt token,
 cache reads and writes included, as ``run``'s result line and the viewer do. Every text from
 the trace is printed with its secrets hidden and its control characters escaped.
+
+Under the rows, each Agent/Task call with a child trace names it (E-AGENT-6): its path from the
+parent's folder, its steps and its terminal, by round; a child that cannot be read, or a live
+call whose child trace is missing, is a warning on stderr (``show`` still shows the parent).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 import attrs
 
 from steploop.effects.cli_common import console_for, for_terminal, short
 from steploop.effects.redaction import Redactor
+from steploop.effects.subagent import AGENT_TOOL_NAMES, SubagentLinks, child_traces
 from steploop.effects.trace import EndRecord, ResumeRecord, StepRecord, TraceHeader, TraceReader
 from steploop.reducer.canonical import to_data
 from steploop.reducer.effects import CallModel, Compact, Effect, StartTool
@@ -39,6 +46,7 @@ class _Row:
     compactions: int = 0
     tool_names: Counter[str] = attrs.field(factory=Counter)
     context: int = 0  # the prompt's size at the round's last response (input + cache tokens)
+    agent_calls: list[tuple[str, str]] = attrs.field(factory=list)  # (tool_use id, tool name)
 
 
 def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
@@ -48,6 +56,8 @@ def _count_effects(row: _Row, effects: Sequence[Effect]) -> None:
         elif isinstance(e, StartTool):
             row.tools += 1
             row.tool_names[e.name] += 1
+            if e.name in AGENT_TOOL_NAMES:
+                row.agent_calls.append((e.tool_use_id, e.name))
         elif isinstance(e, Compact):
             row.compactions += 1
 
@@ -114,10 +124,13 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     from rich.text import Text
 
     if args.html:
-        from steploop.effects.viewer import write_html
+        from steploop.effects.viewer import write_pages
 
-        path = write_html(args.trace, args.html)
-        print(f"wrote {path} (one self-contained file: open it in a browser)", file=out)
+        paths = write_pages(args.trace, args.html, warn=_warn)
+        print(f"wrote {paths[0]} (one self-contained file: open it in a browser)", file=out)
+        if len(paths) > 1:
+            names = ", ".join(for_terminal(p.name) for p in paths[1:])
+            print(f"  and its sub-agents' pages beside it, linked from it: {names}", file=out)
         return 0
     reader = TraceReader(args.trace)
     header, rows, end, steps, resumes = timeline(reader)
@@ -178,6 +191,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             )
     if args.summary or len(rows) > SHOW_ALL_UP_TO:
         _print_summary(console, rows)
+    if any(r.agent_calls for r in rows):
+        links = child_traces(args.trace)
+        for w in links.warnings:
+            _warn(w)
+        _print_children(console, rows, links, os.path.dirname(os.fspath(args.trace)), safe)
     ended = f"terminal {end.terminal.TAG}" if end is not None else "no end record (cut off)"
     resumed = f"; resumed {resumes}x" if resumes else ""
     line = Text(f"{steps} steps, {len(rows)} round(s); ")
@@ -185,6 +203,34 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     line.append(resumed)
     console.print(line)
     return 0
+
+
+def _warn(text: str) -> None:
+    print(f"steploop: warning: {for_terminal(text)}", file=sys.stderr)
+
+
+def _print_children(
+    console: Any,
+    rows: Sequence[_Row],
+    links: SubagentLinks,
+    folder: str,
+    safe: Callable[[str], str],
+) -> None:
+    """Each Agent/Task call with a child trace, by round: the child's path from the parent's
+    folder, its steps and its terminal (E-AGENT-6)."""
+    from rich.text import Text
+
+    if not links.children:
+        return
+    console.print(Text("sub-agents (the Agent/Task calls with a trace of their own):"))
+    for r in rows:
+        for tid, name in r.agent_calls:
+            for child in links.children.get(tid, ()):
+                rel = os.path.relpath(child.path, folder or ".")
+                ended = f"terminal {child.terminal}" if child.terminal else "no end record (cut off)"
+                line = Text(safe(f"  round {r.round} · {name} {tid} → {rel}: {child.steps} steps, "))
+                line.append(safe(ended), style=_status_style(child.terminal or "(unfinished)"))
+                console.print(line)
 
 
 def _print_summary(console: Any, rows: Sequence[_Row]) -> None:

@@ -28,12 +28,20 @@ summaries, R-SUM-1; stop hooks run as ``SubagentStop``, HOOK-1).
   gives a policy of its own.
 - **Failure**: a sub-agent that ends in anything but ``completed`` without an API error, or
   that cannot start, is the tool's error result, naming how it ended.
+- **Finding the children** (E-AGENT-6): :func:`child_traces` finds the child traces of a parent
+  trace in both layouts: a live run's ``subagents/`` folder, and an import's sidechain traces
+  beside the parent's (provenance ``parent_session`` and ``parent_tool_use_id``, IMP-23). A
+  child file that cannot be read is skipped with a warning; so is a live call whose child trace
+  is missing. ``steploop show`` and the viewer link each Agent/Task call to its child with it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -51,7 +59,20 @@ from steploop.reducer import LoopConfig, Request
 from steploop.reducer.events import InterruptBehavior
 from steploop.reducer.messages import AssistantMessage, TextBlock, ToolUseBlock
 
-__all__ = ["AgentCall", "AgentDefinition", "AgentTool", "subagent_path", "subagent_traces"]
+__all__ = [
+    "AGENT_TOOL_NAMES",
+    "AgentCall",
+    "AgentDefinition",
+    "AgentTool",
+    "ChildTrace",
+    "SubagentLinks",
+    "child_traces",
+    "subagent_path",
+    "subagent_traces",
+]
+
+#: The sub-agent tool's names: Claude Code's Agent, called Task before 2.1.
+AGENT_TOOL_NAMES = frozenset({"Agent", "Task"})
 
 _GENERAL = "general-purpose"
 
@@ -118,6 +139,187 @@ def subagent_traces(parent_trace: str | Path) -> dict[str, Path]:
         if isinstance(tid, str):
             found[tid] = path
     return found
+
+
+@attrs.frozen(kw_only=True)
+class ChildTrace:
+    """A child trace of a parent's Agent/Task call, read whole (its steps and terminal)."""
+
+    tool_use_id: str  # the parent's call that ran it
+    path: Path
+    agent_id: str | None  # None: an imported sidechain whose transcript named no agent id
+    agent_type: str | None
+    steps: int
+    terminal: str | None  # its Terminal's tag; None: no end record (cut off)
+    imported: bool  # an import's sidechain trace (IMP-23), else a live run's (E-AGENT-3)
+
+
+@attrs.frozen(kw_only=True)
+class SubagentLinks:
+    """A parent trace's Agent/Task calls and the child traces found for them."""
+
+    calls: tuple[tuple[str, str], ...]  # (tool_use id, tool name), in the order they started
+    children: Mapping[str, tuple[ChildTrace, ...]]  # by tool_use id; only calls with a child
+    warnings: tuple[str, ...]  # one line each: a child that cannot be read, or is missing
+
+
+_AGENT_ID_IN_RESULT = re.compile(r"\bagentId: ([A-Za-z0-9_-]+)")
+_SIDECHAIN_THREAD = re.compile(r"^sidechain ([A-Za-z0-9_-]+)$")
+
+
+def _parent_calls(
+    parent: Path,
+) -> tuple[dict[str, Any], list[tuple[str, str]], dict[str, str]]:
+    """The parent's provenance, its Agent/Task calls, and the agent id each finished call's
+    result names (``agentId: ID``, E-AGENT-1)."""
+    from steploop.effects.trace import StepRecord, TraceReader
+    from steploop.reducer.effects import StartTool
+    from steploop.reducer.events import ToolFinished
+
+    reader = TraceReader(parent, tolerate_truncated_tail=True)
+    calls: list[tuple[str, str]] = []
+    started: set[str] = set()
+    named: dict[str, str] = {}
+    for rec in reader:
+        if not isinstance(rec, StepRecord):
+            continue
+        ev = rec.event
+        if isinstance(ev, ToolFinished) and ev.tool_use_id in started:
+            m = _AGENT_ID_IN_RESULT.search(ev.content)
+            if m is not None:
+                named[ev.tool_use_id] = m.group(1)
+        for e in rec.effects:
+            if isinstance(e, StartTool) and e.name in AGENT_TOOL_NAMES:
+                if e.tool_use_id not in started:
+                    started.add(e.tool_use_id)
+                    calls.append((e.tool_use_id, e.name))
+    header = reader.header
+    prov = dict(header.provenance) if header is not None else {}
+    return prov, calls, named
+
+
+def _read_child(path: Path, tool_use_id: str, imported: bool) -> ChildTrace | str:
+    """The child trace at ``path`` read whole, or why it cannot be read (one line)."""
+    from steploop.effects.trace import StepRecord, TraceError, TraceReader
+
+    reader = TraceReader(path, tolerate_truncated_tail=True)
+    steps = 0
+    try:
+        for rec in reader:
+            if isinstance(rec, StepRecord):
+                steps += 1
+    except TraceError as e:
+        return str(e)
+    header = reader.header
+    if header is None:
+        return f"{path}: empty, not a trace"
+    prov = header.provenance
+    agent_id = prov.get("agent_id")
+    if not isinstance(agent_id, str):
+        m = _SIDECHAIN_THREAD.match(str(prov.get("thread", "")))
+        agent_id = m.group(1) if m is not None else None
+    agent_type = prov.get("agent_type")
+    return ChildTrace(
+        tool_use_id=tool_use_id,
+        path=path,
+        agent_id=agent_id,
+        agent_type=agent_type if isinstance(agent_type, str) else None,
+        steps=steps,
+        terminal=reader.end.terminal.TAG if reader.end is not None else None,
+        imported=imported,
+    )
+
+
+def _first_line(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.readline()
+    except OSError:
+        return None
+
+
+def child_traces(parent_trace: str | Path) -> SubagentLinks:
+    """The child traces of a parent trace's Agent/Task calls, in both layouts (E-AGENT-6):
+
+    - a live run's: ``<parent without .jsonl>/subagents/agent-<id>.jsonl`` whose provenance's
+      ``parent_tool_use_id`` names the call (E-AGENT-3);
+    - an import's: the traces in the parent's folder whose provenance names the parent's session
+      (``parent_session`` is the parent's ``session_id``) and one of its calls
+      (``parent_tool_use_id``), IMP-23.
+
+    Each child is read whole: one that cannot be read is skipped with a warning, never raised;
+    so is a live call whose result names an agent whose trace is not there.
+
+    Raises:
+        TraceError: the parent itself cannot be read.
+    """
+    parent = Path(parent_trace)
+    prov, calls, named = _parent_calls(parent)
+    if not calls:
+        return SubagentLinks(calls=(), children={}, warnings=())
+    ids = {t for t, _ in calls}
+    found: dict[str, list[ChildTrace]] = {}
+    warnings: list[str] = []
+
+    def take(path: Path, tid: str, imported: bool) -> None:
+        got = _read_child(path, tid, imported)
+        if isinstance(got, str):
+            warnings.append(f"the sub-agent trace of call {tid} cannot be read, skipped: {got}")
+        else:
+            found.setdefault(tid, []).append(got)
+
+    folder = parent.with_suffix("") / "subagents"
+    if folder.is_dir():
+        for path in sorted(folder.glob("agent-*.jsonl")):
+            line = _first_line(path)
+            try:
+                child_prov = json.loads(line or b"").get("provenance") or {}
+                tid = child_prov.get("parent_tool_use_id")
+            except (ValueError, AttributeError):
+                warnings.append(f"{path}: not a trace (its header cannot be read), skipped")
+                continue
+            if isinstance(tid, str) and tid in ids:
+                take(path, tid, imported=False)
+    session = prov.get("session_id")
+    if isinstance(session, str) and session:
+        _imported_children(parent, session, ids, take, warnings)
+    if "importer" not in prov:  # a live parent: each finished call names its child
+        for tid, agent_id in named.items():
+            path = subagent_path(parent, agent_id)
+            if tid not in found and not path.exists():
+                rel = os.path.relpath(path, parent.parent)
+                warnings.append(f"the sub-agent trace of call {tid} ({rel}) is missing")
+    children = {t: tuple(found[t]) for t, _ in calls if t in found}
+    return SubagentLinks(calls=tuple(calls), children=children, warnings=tuple(warnings))
+
+
+def _imported_children(
+    parent: Path,
+    session: str,
+    ids: set[str],
+    take: Callable[[Path, str, bool], None],
+    warnings: list[str],
+) -> None:
+    """An import's sidechain traces beside ``parent`` that name its session and calls."""
+    marker = json.dumps(session).encode()
+    try:
+        here = parent.resolve()
+        paths = sorted(p for p in parent.parent.glob("*.jsonl") if p.resolve() != here)
+    except OSError:
+        return
+    for path in paths:
+        line = _first_line(path)
+        if line is None or b'"parent_tool_use_id"' not in line or marker not in line:
+            continue  # not a sidechain of this session: read no further
+        try:
+            child_prov = json.loads(line).get("provenance") or {}
+            tid = child_prov.get("parent_tool_use_id")
+            same = child_prov.get("parent_session") == session
+        except (ValueError, AttributeError):
+            warnings.append(f"{path}: not a trace (its header cannot be read), skipped")
+            continue
+        if same and isinstance(tid, str) and tid in ids:
+            take(path, tid, True)
 
 
 def _agent_id(session_id: str, tool_use_id: str) -> str:

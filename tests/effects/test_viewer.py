@@ -152,6 +152,9 @@ def test_rounds_steps_and_requests_of_a_run(run: Path) -> None:
     results = [s for s in steps if s["ev"] and s["ev"]["type"] == "tool_finished"]
     assert len(results) == 4 and all("line" in json.dumps(r["ev"]) for r in results)
     assert data["replay"] == {"ok": True, "step": None, "note": None}
+    # times are shown from the first event's (the page computes "+N s" from t_start)
+    times = [r["t0"] for r in rounds if r["t0"] is not None]
+    assert times and data["t_start"] == min(times)
 
 
 @pytest.mark.spec("VIEW-4")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,9 @@ def test_a_deep_link_opens_its_round_and_step(browser: Any, pages: dict[str, Pat
     assert _selected(browser) == 4
     cur = browser.find_element("css selector", ".step.cur")
     assert cur.get_attribute("id") == "step-16"
+    # the round's times read from the trace's first event: "+N s", never NaN
+    detail = _detail(browser)
+    assert "NaN" not in detail and re.search(r"from \+\d+\.\d{3} s", detail), detail
     browser.execute_script("location.hash = '#round=2'")
     browser.find_element("css selector", "body[data-selected-round='2']")
 
@@ -269,3 +273,41 @@ def test_diff_and_replay_pages_name_the_divergence(
     assert "changed by snip" in box and "the counterfactual replay's report" in box
     assert "B · Round 5 of 6" in _detail(browser)
     browser.save_screenshot(str(shots / "viewer-replay.png"))
+
+
+@pytest.mark.spec("VIEW-6", "VIEW-2")
+def test_a_sub_agents_link_opens_its_page_and_leads_back(browser: Any, tmp_path: Path) -> None:
+    """On a live parent's page each Agent call's step links to its child's page: a click opens
+    it (quietly, asking for nothing more), and its link leads back; a link target that is not a
+    plain page name is shown as text, never made a link."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from steploop.effects.viewer.page import page
+    from steploop.effects.viewer.show import save
+    from tests.support.subagents import CALLS, live_parent
+
+    out = tmp_path / "p.html"
+    assert main(["show", str(live_parent(tmp_path)), "--html", str(out)], out=io.StringIO()) == 0
+    _open(browser, out)
+    found = browser.find_elements("css selector", "#detail .sub-agent a.child-link")
+    hrefs = [a.get_attribute("href") for a in found]
+    assert len(hrefs) == 2 and all(h.startswith(out.with_name("p.agent-a").as_uri()) for h in hrefs)
+    assert len(browser.find_elements("css selector", "#children a.child-link")) == 2  # and in the header
+    found[1].click()
+    WebDriverWait(browser, 10).until(lambda b: b.current_url == hrefs[1])
+    browser.find_element("css selector", "body[data-rounds]")
+    assert [c["level"] for c in browser.get_log("browser")] == ["INFO"]
+    back = browser.find_element("css selector", "#parent a.parent-link")
+    assert CALLS[1] in browser.find_element("id", "parent").text and back.get_attribute("href") == out.as_uri()
+    back.click()
+    WebDriverWait(browser, 10).until(lambda b: b.current_url == out.as_uri())
+    # a target that is not a page name written here stays text
+    m = re.search(r'id="trace-data">(.*?)</script>', out.read_text("utf-8"), re.S)
+    assert m is not None
+    data = json.loads(m.group(1))
+    for entries in data["trace"]["children"].values():
+        entries[0]["href"] = "javascript:window.pwned=1//.html"
+    evil = save(page("evil", data), tmp_path / "evil.html")
+    _open(browser, evil)
+    assert browser.find_elements("css selector", "#detail .sub-agent a") == []
+    assert len(browser.find_elements("css selector", "#detail .sub-agent span.child-link")) == 2

@@ -95,7 +95,7 @@ def test_every_file_has_a_kill_set_that_exists() -> None:
         assert t.kills, t.file
         for k in t.kills:
             assert (mu.ROOT / k).exists(), (t.file, k)
-    assert mu.kill_set(["steploop/reducer/drive.py"]) == ("tests/reducer", "tests/test_scenarios.py", "tests/test_readme.py")
+    assert mu.kill_set(["steploop/reducer/drive.py"]) == ("tests/reducer", "tests/test_scenarios.py", "tests/test_docs.py")
     strict = mu.kill_set(["steploop/effects/trace/strict.py"])
     assert "tests/effects/test_pinned_strict.py" in strict and "tests/reducer" not in strict
     both = mu.kill_set(["steploop/effects/trace/strict.py", "steploop/effects/trace/counterfactual.py"])

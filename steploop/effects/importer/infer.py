@@ -6,6 +6,7 @@ docstrings and in the ``inferred`` provenance key of every imported trace.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import attrs
@@ -53,6 +54,11 @@ SAFE_TOOLS = frozenset(
 )
 
 
+# The importer asks these once per call or per turn, and a session repeats its commands and
+# its version; both answers are pure functions of their arguments (LoopConfig is frozen), so
+# they are kept: 12% of an import of the shipped transcripts went to building the same
+# profile again and parsing the same command again.
+@functools.lru_cache(maxsize=4096)
 def bash_is_read_only(command: str) -> bool:
     """IMP-12: Claude Code's read-only rule for Bash commands (specs/rules.md E-BASH-RO-1,
     :func:`steploop.effects.tools.bash_readonly.is_read_only_command`): every part of a list
@@ -114,6 +120,7 @@ def profile_basis(version: str | None, profile_name: str | None = None) -> str:
     return version_basis(version)
 
 
+@functools.lru_cache(maxsize=256)
 def config_for(
     model: str | None,
     *,

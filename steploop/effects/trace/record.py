@@ -146,8 +146,11 @@ class TraceRecorder:
 
     Args:
         target: a path (created or truncated) or an open text file (not closed here).
-        config, session, request: the turn; given here, the header is written at once,
-            otherwise call :meth:`header` before the first step.
+        config: the turn's config; when it and ``request`` are given here, the header is
+            written at once (with ``session``), otherwise call :meth:`header` before the
+            first step.
+        session: the turn's session (see ``config``).
+        request: the turn's request (see ``config``).
         provenance: see :func:`make_provenance` (default: made here, without a client).
         message_window: how many message records a reader keeps bound.
         secrets: strings that must never reach the file (the values of ANTHROPIC_API_KEY and

@@ -1,5 +1,6 @@
 """``steploop show --html``, ``diff --html`` and ``replay --html``: a trace, or two side by side,
-as one self-contained HTML page (specs/rules.md VIEW-1 .. VIEW-5; docs/viewer.md).
+as one self-contained HTML page (specs/rules.md VIEW-1 .. VIEW-6; docs/viewer.md), and the pages
+of a trace's sub-agents beside it, linked from its Agent/Task calls.
 
 The page steps through a run: the rounds, and for the chosen one the request as the model saw it,
 each step's event and effects, the transition and the rules behind it, the tokens each context
@@ -22,7 +23,7 @@ from steploop.effects.viewer.compare import (
 )
 from steploop.effects.viewer.data import TraceView, trace_view
 from steploop.effects.viewer.page import ROUND_COLOURS
-from steploop.effects.viewer.show import trace_data, write_html
+from steploop.effects.viewer.show import trace_data, write_html, write_pages
 
 __all__ = [
     "ROUND_COLOURS",
@@ -32,5 +33,6 @@ __all__ = [
     "trace_view",
     "write_compare_html",
     "write_html",
+    "write_pages",
     "write_replay_html",
 ]

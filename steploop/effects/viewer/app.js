@@ -27,6 +27,18 @@
                       (c.autocompact_threshold !== null ? " · auto-compact at " + num(c.autocompact_threshold) : " · auto-compact off") +
                       " · blocking limit " + num(c.blocking_limit)));
     if (!d.replay.ok && d.replay.note) { box.appendChild(h("p", "note", d.replay.note)); }
+    if (d.parent) {   // a sub-agent's page: back to its parent's (VIEW-6)
+      var up = h("p", "meta parent"); up.id = "parent";
+      add(up, "a sub-agent of "); up.appendChild(V.pageLink(d.parent.href, d.parent.name, "parent-link")); add(up, " (its call " + d.parent.call + ")");
+      box.appendChild(up);
+    }
+    var kids = d.children ? Object.keys(d.children) : [];
+    if (kids.length) {
+      var sub = h("div", "meta children"); sub.id = "children";
+      add(sub, "sub-agents (" + kids.length + " call(s) with a trace of their own):");
+      kids.forEach(function (tid) { d.children[tid].forEach(function (c) { var row = h("div"); add(row, tid + " → "); row.appendChild(V.childLine(c)); sub.appendChild(row); }); });
+      box.appendChild(sub);
+    }
     return box;
   }
   if (compare) {

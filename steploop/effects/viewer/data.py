@@ -569,6 +569,8 @@ class _Builder:
                 "max_turns": cfg.max_turns,
             },
             "steps_total": steps,
+            # the trace's first event time: times are shown from it (None: no event has one)
+            "t_start": min((r["t0"] for r in self.rounds if r["t0"] is not None), default=None),
             "resumes": resumes,
             "terminal": end.terminal.TAG if end is not None else None,
             "replay": {

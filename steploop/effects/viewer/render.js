@@ -164,6 +164,9 @@
       case "ask_permission":
         el.appendChild(details((e.type === "start_tool" ? "→ run ⚙ " : "→ ask permission for ⚙ ") + e.name + " " + oneLine(JSON.stringify(e.input), 90),
                                function () { return [h("div", "muted", e.tool_use_id + " · generation " + e.generation), fold(JSON.stringify(e.input, null, 2))]; }, false, "tool"));
+        (e.type === "start_tool" && tr.d.children && Object.prototype.hasOwnProperty.call(tr.d.children, e.tool_use_id) ? tr.d.children[e.tool_use_id] : []).forEach(function (c) {   // VIEW-6
+          var sub = h("div", "sub-agent"); add(sub, "↳ the sub-agent's trace: "); sub.appendChild(V.childLine(c)); el.appendChild(sub);
+        });
         break;
       case "emit":
         if (e.item.ref !== undefined) {

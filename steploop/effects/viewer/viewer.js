@@ -58,6 +58,17 @@
     return ms > 1e12 ? rel + " (" + new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC") + ")" : rel;
   }
   function oneLine(s, n) { s = String(s).replace(/\s+/g, " "); return s.length > n ? s.slice(0, n - 1) + "…" : s; }
+  var PAGE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]*\.html$/;
+  function pageLink(href, text, cls) {   // a link to a page written beside this one (VIEW-6): a plain file name, else text only
+    if (typeof href !== "string" || !PAGE_NAME.test(href)) { return h("span", cls || null, text); }
+    var a = h("a", cls || null, text); a.setAttribute("href", href); return a;
+  }
+  function childLine(c) {   // a sub-agent's trace: its name (a link to its page), steps and terminal
+    var el = h("span", "child");
+    el.appendChild(pageLink(c.href, c.name, "child-link"));
+    add(el, " (" + (c.agent_type ? c.agent_type + ", " : "") + num(c.steps) + " steps, " + (c.terminal ? "terminal " + c.terminal : "no end record (cut off)") + ")");
+    return el;
+  }
   function button(label, fn) { var b = h("button", null, label); b.type = "button"; b.addEventListener("click", fn); return b; }
   function fold(s, cls) {   // a long text: its start, and all of it on demand (never cut)
     var pre = h("pre", cls || null);
@@ -326,7 +337,7 @@
     MARKS.forEach(function (m) { if (mk[m[0]]) { var s = h("span", "mk mk-" + m[0], sym[m[0]]); s.title = m[1]; row.appendChild(s); } });
   }
 
-  window.steploopViewer = {h: h, add: add, fold: fold, details: details, button: button, num: num, short: short, oneLine: oneLine, secs: secs, when: when,
+  window.steploopViewer = {h: h, add: add, fold: fold, details: details, button: button, num: num, short: short, oneLine: oneLine, secs: secs, when: when, pageLink: pageLink, childLine: childLine,
                            Trace: Trace, Timeline: Timeline, peakOf: peakOf, List: List, legend: legend, roundRow: roundRow, perRoundFor: perRoundFor,
                            raw: RAW, PAGE: PAGE, setQuery: function (q) { query = q; }, getQuery: function () { return query; }};
 })();

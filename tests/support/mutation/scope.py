@@ -20,11 +20,12 @@ ROOT = Path(__file__).resolve().parents[3]
 EQUIVALENTS = ROOT / "specs" / "mutation-equivalents.txt"
 
 # The kill set of the reducer's files: the tests that exercise the reducer directly (unit,
-# property, explorer at the CI bound), the golden scenario replays and the README's examples.
+# property, explorer at the CI bound), the golden scenario replays and the executed examples
+# of the README and docs/.
 REDUCER_KILLS: tuple[str, ...] = (
     "tests/reducer",
     "tests/test_scenarios.py",
-    "tests/test_readme.py",
+    "tests/test_docs.py",
 )
 
 # The kill sets of the safety-critical files of the effects: the test modules that exercise
