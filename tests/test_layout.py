@@ -1,5 +1,6 @@
 """The shape of the package (issue-level house rules, checked on every file of steploop/):
-no module over 800 lines, and no private name (``_name``) imported from another module."""
+no module over 800 lines, and no private name (``_name``) imported from another module; and no
+file of tests/ over 800 lines either."""
 
 from __future__ import annotations
 
@@ -55,6 +56,29 @@ def test_no_module_is_over_800_lines() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+# Test files over the limit that someone else is changing now: the lead splits them. The list
+# must stay true (each still over the limit), so it shrinks as they are split.
+TESTS_OVER_THE_LIMIT = {"tests/effects/test_trace.py"}
+
+
+def _lines(p: Path) -> int:
+    return len(p.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_test_file_is_over_800_lines() -> None:
+    """Every Python file of tests/ is at most 800 lines too (split by responsibility past that),
+    but the few listed as pending, each of which is still over the limit."""
+    long = {
+        rel: n
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if (n := _lines(p)) > MAX_LINES
+        and (rel := p.relative_to(ROOT).as_posix()) not in TESTS_OVER_THE_LIMIT
+    }
+    assert long == {}
+    stale = {f for f in TESTS_OVER_THE_LIMIT if _lines(ROOT / f) <= MAX_LINES}
+    assert stale == set(), "split: take these off TESTS_OVER_THE_LIMIT"
 
 
 def test_no_private_name_crosses_a_module() -> None:

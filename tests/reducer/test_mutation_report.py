@@ -29,7 +29,7 @@ def test_a_report_of_some_outcomes_sums_them_up(tmp_path: Path, capsys: pytest.C
     complete)."""
     first = mu.generate()[0]
     path = tmp_path / "mutation.jsonl"
-    path.write_text(json.dumps(mu._as_record(mu.Outcome(first, "killed", "t", 0.1, 1), {})) + "\n")
+    path.write_text(json.dumps(mu.as_record(mu.Outcome(first, "killed", "t", 0.1, 1), {})) + "\n")
     assert mu.main(["--full", "--report", "--json", str(path)]) == 1
     out = capsys.readouterr().out
     assert "1 of the " in out and "kill rate 100.0% of non-equivalent mutants" in out and "mutants 1: killed 1" in out
