@@ -24,6 +24,8 @@ from typing import Any
 
 import attrs
 
+from steploop.reducer import fastpaths
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
@@ -185,12 +187,24 @@ def canonical_bytes(value: Any) -> bytes:
             data in, see :func:`data_problem`), instead of a RecursionError.
     """
     try:
+        if _reference[0]:  # the fast path is off: the definition itself
+            return canonical_bytes_reference(value)
         return _text(value).encode("utf-8", "surrogatepass")
     except RecursionError:
         raise ValueError(
             f"cannot encode a value nested this deep canonically (free-form data is "
             f"limited to {MAX_DEPTH} levels)"
         ) from None
+
+
+_reference = [False]
+
+
+def _switched() -> None:
+    _reference[0] = not fastpaths.on("canonical_text")
+
+
+fastpaths.watch(_switched)
 
 
 def canonical_bytes_reference(value: Any) -> bytes:

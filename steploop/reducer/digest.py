@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from steploop.reducer import fastpaths
 from steploop.reducer.canonical import canonical_bytes, digest_bytes
 from steploop.reducer.state import Ids, LoopState, Round, Slot
 
@@ -71,7 +72,9 @@ class StateDigester:
         if _composed(Ids):
             nested["ids"] = _Layout(Ids, {}, former.get(Ids))
         self.layout = (
-            _Layout(LoopState, nested, former.get(LoopState)) if _composed(LoopState) else None
+            _Layout(LoopState, nested, former.get(LoopState))
+            if _composed(LoopState) and (former or fastpaths.on("incremental_digest"))
+            else None
         )
         self.text = self.layout.text if self.layout is not None else canonical_bytes
         self.former = former

@@ -30,6 +30,7 @@ from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignor
 )
 
 from steploop.effects.tools.watchdog import Guarded, StepOverrun, fired, run_isolated, watch
+from steploop.reducer import fastpaths
 from steploop.reducer.events import HookEvent, InterruptBehavior, ToolTraits
 
 __all__ = [
@@ -208,6 +209,8 @@ def _quick_check(schema: Any) -> Callable[[Any], bool] | None:
     It answers True only for inputs the schema accepts, and is strict about types (a str
     subclass, a float for an integer, a Mapping that is not a dict all get False); a False
     sends the input to the full validator, which gives the verdict and the message."""
+    if not fastpaths.on("tool_schema_check"):  # steploop/reducer/fastpaths.py
+        return None
     allowed = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS
     if not isinstance(schema, dict) or schema.get("type") != "object" or not set(schema) <= allowed:
         return None

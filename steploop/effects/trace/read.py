@@ -43,7 +43,7 @@ from steploop.effects.trace.strict import (
     provenance_problem,
     type_problem,
 )
-from steploop.reducer import PHASES, ConfigError, LoopConfig, Request, Session
+from steploop.reducer import PHASES, ConfigError, LoopConfig, Request, Session, fastpaths
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.digest import STATE_FIELDS
 from steploop.reducer.effects import Effect, Emit
@@ -57,6 +57,7 @@ try:  # an optional speed-up of reading; json gives the same records (see _fast_
     _orjson = importlib.import_module("orjson")
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
+_ORJSON = _orjson  # as installed; _orjson is None while the fast path "orjson" is off
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX_DIGITS = "0123456789abcdef"  # s.strip(_HEX_DIGITS) == "": s is lowercase hex (or empty)
@@ -239,12 +240,32 @@ def _fast_table(
 # µs per event, 1.56x on item 3 of benchmarks/ (reading alone 2.29x). The reader's former inline
 # lane and the inline copies of these paths in _step (1.04-1.07x on reading, within the noise of
 # a replay) are gone.
-_FAST_MESSAGE = fast_structurer(Message)
-_FAST_EVENTS = _fast_table((c for c in EVENT_CLASSES if c is not CompactionFinished), {})
-_FAST_EFFECTS = _fast_table(
-    EFFECT_CLASSES,
-    {cls: {"conversation": _decode_conversation} for cls in CONV_EFFECTS},
-)
+_FAST_MESSAGE: Callable[[Any], Any] | None = None
+_FAST_EVENTS: dict[str, Callable[[Any], Any]] = {}
+_FAST_EFFECTS: dict[str, Callable[[Any], Any]] = {}
+_DECODERS = [True]  # the fast path "trace_decoders" is on
+
+
+def _switched() -> None:
+    """The fast path switch moved (steploop/reducer/fastpaths.py): rebuild or drop the tables."""
+    global _orjson, _FAST_MESSAGE, _FAST_EVENTS, _FAST_EFFECTS
+    _orjson = _ORJSON if fastpaths.on("orjson") else None
+    on = _DECODERS[0] = fastpaths.on("trace_decoders")
+    _FAST_MESSAGE = fast_structurer(Message) if on else None
+    _FAST_EVENTS = (
+        _fast_table((c for c in EVENT_CLASSES if c is not CompactionFinished), {}) if on else {}
+    )
+    _FAST_EFFECTS = (
+        _fast_table(
+            EFFECT_CLASSES, {cls: {"conversation": _decode_conversation} for cls in CONV_EFFECTS}
+        )
+        if on
+        else {}
+    )
+
+
+_switched()
+fastpaths.watch(_switched)
 
 
 def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
@@ -276,7 +297,7 @@ _EMIT_KEYS = frozenset({"type", "item"})
 def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
     """What ``_decode_effect`` returns for a well-formed effect; None: ask ``_decode_effect``
     (which decides, and words the error). Callers try this first. Raises nothing, for JSON data."""
-    if data.__class__ is not dict:
+    if data.__class__ is not dict or not _DECODERS[0]:
         return None
     tag = data.get("type")
     if tag == "emit":
