@@ -8,7 +8,10 @@ per repetition, summarized: 1.25 means the path makes its item 1.25 times faster
 
 - item 3: ``replay_exact`` of a synthetic trace (``benchmarks/replay_throughput.py``, default
   20,000 events), µs per event;
-- item 2: one round through ``step()`` at 1,000 messages of history (``round_cost.py``), µs.
+- item 2: one round through ``step()`` at 1,000 messages of history (``round_cost.py``), µs;
+- item 1: a run of ``--turns`` tool turns through ``steploop.effects.run.run``
+  (``workload.run_steploop``, its tool registry built inside the run, so under the switch), µs
+  per turn.
 
 Run alone: ``python -m benchmarks.fastpaths [--events N] [--reps R] [--rounds K]``.
 """
@@ -16,6 +19,7 @@ Run alone: ``python -m benchmarks.fastpaths [--events N] [--reps R] [--rounds K]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import time
@@ -23,15 +27,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from benchmarks.common import machine, progress, ratio_summary, summarize
 from benchmarks.replay_throughput import build_synthetic
 from benchmarks.round_cost import setup
+from benchmarks.workload import Stamps, run_steploop
 from steploop.effects.trace import replay_exact
 from steploop.reducer import default, fastpaths, step
 
 ITEM_PATHS = {
     "3": ("evolve", "canonical_text", "incremental_digest", "fast_structurers", "trace_decoders"),
     "2": ("evolve",),
+    "1": ("evolve",),
 }
 
 
@@ -57,6 +65,13 @@ def _rounds(n: int, rounds: int) -> Callable[[], None]:
             s = s0
             for e in events:
                 s, _fx = step(s, e, cfg)
+
+    return run
+
+
+def _turns(n: int) -> Callable[[], None]:
+    def run() -> None:
+        anyio.run(functools.partial(run_steploop, n, Stamps()))
 
     return run
 
@@ -91,13 +106,24 @@ def side_by_side(
     }
 
 
-def run_benchmark(events: int = 20_000, reps: int = 5, rounds: int = 300) -> dict[str, Any]:
-    out: dict[str, Any] = {"machine": machine(), "events": events, "rounds": rounds}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "synthetic.jsonl"
-        build_synthetic(path, events)
-        out["item_3"] = side_by_side(_replay(path), ITEM_PATHS["3"], reps, events, "item 3")
-    out["item_2"] = side_by_side(_rounds(1_000, rounds), ITEM_PATHS["2"], reps, rounds, "item 2")
+def run_benchmark(
+    events: int = 20_000,
+    reps: int = 5,
+    rounds: int = 300,
+    turns: int = 300,
+    items: set[str] | frozenset[str] = frozenset({"1", "2", "3"}),
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"machine": machine(), "events": events, "rounds": rounds, "turns": turns}
+    if "3" in items:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "synthetic.jsonl"
+            build_synthetic(path, events)
+            out["item_3"] = side_by_side(_replay(path), ITEM_PATHS["3"], reps, events, "item 3")
+    if "2" in items:
+        work = _rounds(1_000, rounds)
+        out["item_2"] = side_by_side(work, ITEM_PATHS["2"], reps, rounds, "item 2")
+    if "1" in items:
+        out["item_1"] = side_by_side(_turns(turns), ITEM_PATHS["1"], reps, turns, "item 1")
     return out
 
 
@@ -106,8 +132,13 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--turns", type=int, default=300)
+    ap.add_argument("--items", default="1,2,3", help="which items (comma-separated)")
     args = ap.parse_args()
-    print(json.dumps(run_benchmark(args.events, args.reps, args.rounds), indent=2))
+    items = set(args.items.split(","))
+    print(
+        json.dumps(run_benchmark(args.events, args.reps, args.rounds, args.turns, items), indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ replay. ``evolve`` here picks, once per class, the cheapest way to build the cha
   A misspelt change name still raises ``TypeError`` (it would make the dict longer);
 * any other attrs class gets a compiled function that calls its own ``__init__`` with every
   field taken from the instance unless given, so its validators still run.
+
+A fast path ("evolve" of :mod:`steploop.reducer.fastpaths`, where its figure is): with it off,
+every call is ``attrs.evolve``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ What crosses into the machine as free-form JSON data (a tool's input) is bounded
 :data:`MAX_INT_DIGITS` digits, finite floats, string keys. The interpreter refuses anything
 else where it enters, so every value in a state can be encoded, digested, written to a trace
 and read back (specs/trace-format.md, "Limits").
+
+:func:`canonical_bytes` is a fast path ("canonical_text" of :mod:`steploop.reducer.fastpaths`,
+where its figure is): compiled per-class writers and a memo of texts; with it off, it is
+:func:`canonical_bytes_reference`, the definition.
 """
 
 from __future__ import annotations

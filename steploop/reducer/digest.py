@@ -39,9 +39,9 @@ class StateDigester:
     of what changed; and the digests of single fields (:meth:`field_digest`) from the same
     texts.
 
-    What it buys, measured on and off (``state_digest`` instead), replaying a 20,000-event
-    synthetic trace, min of 5, 2026-12-01 on the shared 2-core machine: 85.8 against 111.6 µs
-    per event, 1.30x on item 3 of benchmarks/.
+    A fast path ("incremental_digest" of :mod:`steploop.reducer.fastpaths`, where its figure
+    is): with it off, a digester encodes the whole state (unless ``former`` fields must be
+    counted, which only the composition does).
 
     The canonical text of an attrs instance is fixed by R-COST-2 (and
     ``canonical.canonical_bytes_reference``): ``{"name":TEXT,...}`` over its fields in sorted

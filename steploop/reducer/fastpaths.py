@@ -5,8 +5,9 @@ a simpler way returns (its *twin*): a compiled structurer beside the general con
 beside ``json``, a composed digest beside the whole-state encoding. Each is listed in
 :data:`REGISTRY` with where it is, the benchmark item it serves and the figure it earns there,
 measured with the path on and off side by side in one run (``python -m benchmarks.fastpaths``).
-A path that earns less than 10% on its item is removed, not listed (orjson in the trace reader
-went so: 1.30x on reading alone, 0.96-1.03x on item 3).
+A path that earns less than 10% on its item is removed, not listed. Removed so (2026-12-02):
+orjson in the trace reader (1.30x on reading alone, 0.96x and 1.03x on item 3) and the tool
+registry's quick check of plain input schemas before jsonschema (1.01x and 1.10x on item 1).
 
 The switch: :func:`disable` (every path, or the named ones), :func:`enable`, and the context
 manager :func:`off`. A site asks :func:`on` where it decides (once per call, or once per
@@ -44,14 +45,16 @@ class FastPath:
     figure: str
 
 
+# Figures: off/on per repetition, median (q1-q3), CPU time, on the shared 2-core machine (load
+# average 6-8): items 2 and 3 `python -m benchmarks.fastpaths --events 10000 --reps 7`
+# (2026-12-02 02:34 UTC); item 1 `--items 1 --reps 15 --turns 400` (02:40 UTC).
 # fmt: off
 REGISTRY: tuple[FastPath, ...] = (
-    FastPath("evolve", "steploop/reducer/_replace.py:evolve (also effects/answer.py:stamped)", "attrs.evolve", "2, 3", "PENDING"),
-    FastPath("canonical_text", "steploop/reducer/canonical.py:_compile_text, _MEMO", "canonical_bytes_reference (json.dumps of to_data)", "3", "PENDING"),
-    FastPath("incremental_digest", "steploop/reducer/digest.py:StateDigester", "canonical_bytes of the whole state", "3", "PENDING"),
-    FastPath("fast_structurers", "steploop/reducer/serialize.py:fast_structurer", "the cattrs converter", "3", "PENDING"),
-    FastPath("trace_decoders", "steploop/effects/trace/read.py:_FAST_EVENTS, _FAST_EFFECTS, _FAST_MESSAGE, _fast_effect", "_decode_event, _decode_effect, _message's general code", "3", "PENDING"),
-    FastPath("tool_schema_check", "steploop/effects/tools/base.py:_quick_check", "jsonschema's Draft 2020-12 validator", "1", "per checked input 0.3-0.6 us against 4-14 us (benchmarks/README.md item 1); not yet measured on item 1 side by side"),
+    FastPath("evolve", "steploop/reducer/_replace.py:evolve (also effects/answer.py:stamped)", "attrs.evolve", "1, 2, 3", "item 2: 2.81x (2.42-3.00); item 3: 1.32x (1.27-1.40); item 1: 1.61x (1.51-1.83)"),
+    FastPath("canonical_text", "steploop/reducer/canonical.py:_compile_text, _MEMO", "canonical_bytes_reference (json.dumps of to_data)", "3", "item 3: 1.14x (1.07-1.23)"),
+    FastPath("incremental_digest", "steploop/reducer/digest.py:StateDigester", "canonical_bytes of the whole state", "3", "item 3: 1.21x (1.16-1.38)"),
+    FastPath("fast_structurers", "steploop/reducer/serialize.py:fast_structurer", "the cattrs converter", "3", "item 3: 1.67x (1.38-1.78), the trace decoders' tables included (they are compiled structurers)"),
+    FastPath("trace_decoders", "steploop/effects/trace/read.py:_FAST_EVENTS, _FAST_EFFECTS, _FAST_MESSAGE, _fast_effect", "_decode_event, _decode_effect, _message's general code", "3", "item 3: 1.29x (1.16-1.44)"),
 )
 # fmt: on
 

@@ -218,15 +218,11 @@ def _fast_table(
     return out
 
 
-# The fast paths of _decode_event and _decode_effect: each returns exactly what the general code
+# The fast paths of _decode_event and _decode_effect (fast path "trace_decoders" of
+# steploop/reducer/fastpaths.py, where its figure is): each returns exactly what the general code
 # below it returns for the same data, or raises (anything); the general code then decides and
 # words the error. Events carrying messages (refs) and effects carrying a message (a ref) are
-# left to the general code. What they buy, measured on and off (with the serializer's own
-# tables, tests/effects/test_trace_fast.py's _general_only), replaying a 20,000-event synthetic
-# trace, min of 5, 2026-12-01 on the shared 2-core machine without orjson: 88.5 against 138.0
-# µs per event, 1.56x on item 3 of benchmarks/ (reading alone 2.29x). The reader's former inline
-# lane and the inline copies of these paths in _step (1.04-1.07x on reading, within the noise of
-# a replay) are gone.
+# left to the general code.
 _FAST_MESSAGE: Callable[[Any], Any] | None = None
 _FAST_EVENTS: dict[str, Callable[[Any], Any]] = {}
 _FAST_EFFECTS: dict[str, Callable[[Any], Any]] = {}
