@@ -5,6 +5,9 @@ reports with every fast path on and with every one off."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +33,12 @@ PROVENANCE = {"created_at": "differential", "client": None}
 
 
 def _both(fn: Any) -> tuple[Any, Any]:
-    """``fn()`` with every fast path on, then with every one off."""
-    assert all(fastpaths.on(n) for n in fastpaths.names()), "a test left a fast path off"
-    fast = fn()
+    """``fn()`` with every fast path on, then with every one off (the switch as it was after,
+    so the test also runs under STEPLOOP_NO_FAST_PATHS=1)."""
     with fastpaths.off():
+        fastpaths.enable()
+        fast = fn()
+        fastpaths.disable()
         slow = fn()
     return fast, slow
 
@@ -59,15 +64,33 @@ def _record(config: Any, request: Any, session: Any, events: list[Event]) -> str
 def test_the_switch_turns_every_registered_path_off_and_back() -> None:
     """off() turns every path off inside the block and restores each after; a name that is not
     registered is refused."""
+    before = [fastpaths.on(n) for n in fastpaths.names()]
     with fastpaths.off():
         assert not any(fastpaths.on(n) for n in fastpaths.names())
-    assert all(fastpaths.on(n) for n in fastpaths.names())
-    with fastpaths.off("trace_decoders"):
-        assert not fastpaths.on("trace_decoders") and fastpaths.on("evolve")
-    assert fastpaths.on("trace_decoders")
+        fastpaths.enable()
+        with fastpaths.off("trace_decoders"):
+            assert not fastpaths.on("trace_decoders") and fastpaths.on("evolve")
+        assert all(fastpaths.on(n) for n in fastpaths.names())
+    assert [fastpaths.on(n) for n in fastpaths.names()] == before
     with pytest.raises(KeyError, match="no fast path named nope"):
         fastpaths.disable("nope")
     assert len(set(fastpaths.names())) == len(fastpaths.REGISTRY)
+
+
+def test_the_environment_variable_turns_every_path_off_in_the_effects_layer() -> None:
+    """STEPLOOP_NO_FAST_PATHS=1: importing steploop.effects turns every fast path off; without
+    it every path is on."""
+    code = (
+        "import steploop.effects\n"
+        "from steploop.reducer import fastpaths\n"
+        "print(sorted({fastpaths.on(n) for n in fastpaths.names()}))"
+    )
+    for value, want in (("1", "[False]"), ("", "[True]")):
+        env = {**os.environ, "STEPLOOP_NO_FAST_PATHS": value}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == want
 
 
 @pytest.mark.parametrize("name", NAMES)
