@@ -1,5 +1,6 @@
 """Suite-wide options and checks.
 
+- ``STEPLOOP_NO_FAST_PATHS=1`` runs it with every fast path off (steploop/reducer/fastpaths.py).
 - ``--slow`` runs the long explorations (marked ``slow``); CI runs without it.
 - The interpreter must be tested on both anyio backends: if any interpreter test ran on one
   backend but none on the other (trio missing, a fixture narrowed), the session fails.
@@ -7,7 +8,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from steploop.reducer import fastpaths
+
+if os.environ.get("STEPLOOP_NO_FAST_PATHS") == "1":  # the suite with every fast path off
+    fastpaths.disable()
 
 _RAN: dict[str, int] = {"asyncio": 0, "trio": 0}
 

@@ -10,6 +10,9 @@ replay. ``evolve`` here picks, once per class, the cheapest way to build the cha
   A misspelt change name still raises ``TypeError`` (it would make the dict longer);
 * any other attrs class gets a compiled function that calls its own ``__init__`` with every
   field taken from the instance unless given, so its validators still run.
+
+A fast path ("evolve" of :mod:`steploop.reducer.fastpaths`, where its figure is): with it off,
+every call is ``attrs.evolve``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import attrs
+
+from steploop.reducer import fastpaths
 
 __all__ = ["evolve"]
 
@@ -30,6 +35,8 @@ _set = object.__setattr__
 
 def _plain(cls: type) -> bool:
     """True if a copy of the instance dict is a valid instance of ``cls``."""
+    if not fastpaths.on("evolve"):
+        return False
     if "__slots__" in cls.__dict__ or getattr(cls, "__attrs_pre_init__", None) is not None:
         return False
     if getattr(cls, "__attrs_post_init__", None) is not None:
@@ -43,7 +50,7 @@ def _plain(cls: type) -> bool:
 def _compile(cls: type) -> Any:
     fields = attrs.fields(cls)
     names = [f.name for f in fields]
-    if any(not f.init or f.name.startswith("_") for f in fields):
+    if not fastpaths.on("evolve") or any(not f.init or f.name.startswith("_") for f in fields):
         return lambda inst, **kw: attrs.evolve(inst, **kw)
     params = ", ".join(f"{n}=_M" for n in names)
     args = ", ".join(f"{n}=(self.{n} if {n} is _M else {n})" for n in names)
@@ -73,6 +80,15 @@ def evolve(inst: T, **changes: Any) -> T:
         fn = _REPLACERS[cls] = _compile(cls)
     result: T = fn(inst, **changes)
     return result
+
+
+def _switched() -> None:
+    """The fast path switch moved: choose every class's way again."""
+    _PLAIN.clear()
+    _REPLACERS.clear()
+
+
+fastpaths.watch(_switched)
 
 
 def _unknown(cls: type, changes: dict[str, Any]) -> None:

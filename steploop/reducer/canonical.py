@@ -14,6 +14,10 @@ What crosses into the machine as free-form JSON data (a tool's input) is bounded
 :data:`MAX_INT_DIGITS` digits, finite floats, string keys. The interpreter refuses anything
 else where it enters, so every value in a state can be encoded, digested, written to a trace
 and read back (specs/trace-format.md, "Limits").
+
+:func:`canonical_bytes` is a fast path ("canonical_text" of :mod:`steploop.reducer.fastpaths`,
+where its figure is): compiled per-class writers and a memo of texts; with it off, it is
+:func:`canonical_bytes_reference`, the definition.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import json
 from typing import Any
 
 import attrs
+
+from steploop.reducer import fastpaths
 
 __all__ = [
     "MAX_DEPTH",
@@ -185,12 +191,24 @@ def canonical_bytes(value: Any) -> bytes:
             data in, see :func:`data_problem`), instead of a RecursionError.
     """
     try:
+        if _reference[0]:  # the fast path is off: the definition itself
+            return canonical_bytes_reference(value)
         return _text(value).encode("utf-8", "surrogatepass")
     except RecursionError:
         raise ValueError(
             f"cannot encode a value nested this deep canonically (free-form data is "
             f"limited to {MAX_DEPTH} levels)"
         ) from None
+
+
+_reference = [False]
+
+
+def _switched() -> None:
+    _reference[0] = not fastpaths.on("canonical_text")
+
+
+fastpaths.watch(_switched)
 
 
 def canonical_bytes_reference(value: Any) -> bytes:

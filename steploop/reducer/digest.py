@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from steploop.reducer import fastpaths
 from steploop.reducer.canonical import canonical_bytes, digest_bytes
 from steploop.reducer.state import Ids, LoopState, Round, Slot
 
@@ -38,9 +39,9 @@ class StateDigester:
     of what changed; and the digests of single fields (:meth:`field_digest`) from the same
     texts.
 
-    What it buys, measured on and off (``state_digest`` instead), replaying a 20,000-event
-    synthetic trace, min of 5, 2026-12-01 on the shared 2-core machine: 85.8 against 111.6 µs
-    per event, 1.30x on item 3 of benchmarks/.
+    A fast path ("incremental_digest" of :mod:`steploop.reducer.fastpaths`, where its figure
+    is): with it off, a digester encodes the whole state (unless ``former`` fields must be
+    counted, which only the composition does).
 
     The canonical text of an attrs instance is fixed by R-COST-2 (and
     ``canonical.canonical_bytes_reference``): ``{"name":TEXT,...}`` over its fields in sorted
@@ -71,7 +72,9 @@ class StateDigester:
         if _composed(Ids):
             nested["ids"] = _Layout(Ids, {}, former.get(Ids))
         self.layout = (
-            _Layout(LoopState, nested, former.get(LoopState)) if _composed(LoopState) else None
+            _Layout(LoopState, nested, former.get(LoopState))
+            if _composed(LoopState) and (former or fastpaths.on("incremental_digest"))
+            else None
         )
         self.text = self.layout.text if self.layout is not None else canonical_bytes
         self.former = former

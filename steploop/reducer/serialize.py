@@ -17,6 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.strategies import configure_union_passthrough
 
+from steploop.reducer import fastpaths
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.errors import SteploopError
 
@@ -198,8 +199,11 @@ def fast_structurer(
     (any exception) for data it does not take: callers fall back to :func:`structure`.
     ``overrides`` maps field names to functions that build that field from its raw value
     instead (the class is then compiled anew, not cached); they must raise the same way.
-    None: the type has a field the fast path does not handle.
+    None: the type has a field the fast path does not handle, or the fast path is off
+    (:mod:`steploop.reducer.fastpaths`).
     """
+    if not fastpaths.on("fast_structurers"):
+        return None
     if overrides is None and cls in _FAST:
         return _FAST[cls]
     try:
@@ -209,6 +213,9 @@ def fast_structurer(
     if not overrides:
         _FAST[cls] = fn
     return fn
+
+
+fastpaths.watch(_FAST.clear)  # the switch moved: compile (or not) anew
 
 
 def _member_fn(t: Any) -> Callable[[Any], Any]:

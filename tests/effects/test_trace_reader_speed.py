@@ -1,6 +1,6 @@
 """The reader's fast paths change nothing a reader sees (steploop/effects/trace/read.py, TraceReader).
 
-Records are decoded with orjson (when installed), the compiled structurers and cheap checks
+Records are decoded with the compiled structurers and cheap checks
 first; any line a fast check declines takes the general code, which words the error. Here
 mutated records read the same with everything fast and with everything general: the same
 records, the same reader counters, or the same error.
@@ -30,8 +30,8 @@ SCENARIOS = ROOT / "specs" / "scenarios"
 
 
 def _general_only(m: pytest.MonkeyPatch) -> None:
-    """No orjson, no compiled structurer: the general code for every record."""
-    _no_fast_paths(m)  # test_trace_fast's: no orjson, no fast tables or structurers
+    """No compiled structurer: the general code for every record."""
+    _no_fast_paths(m)  # test_trace_fast's: no fast tables or structurers
 
 
 def _outcome(path: Path, tolerate: bool = True) -> tuple[Any, ...]:
@@ -267,13 +267,9 @@ def test_blocks_split_a_file_as_iterating_it_does(content: bytes, block: int) ->
     got: list[bytes] = []
     with pytest.MonkeyPatch.context() as m:
         m.setattr(trace_read, "_BLOCK", block)
-        for lines, clean, nl, huge in trace_read._blocks(io.BytesIO(content), check=True):
+        for lines, nl, huge in trace_read._blocks(io.BytesIO(content)):
             got += [line + b"\n" * nl for line in lines]
             assert nl == 1 or lines == [want[-1]]
-            if clean:  # then no line holds a 19-digit run (orjson could read it as a float)
-                assert not any(
-                    trace_read._LONG_NUMBER in x.translate(trace_read._DIGITS) for x in lines
-                )
             if not huge:  # then no line holds a run of digits longer than the limit
                 assert not any(
                     trace_read._HUGE_NUMBER in x.translate(trace_read._DIGITS) for x in lines

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
@@ -156,93 +155,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_ANNOTATIONS = frozenset(
-    {
-        "description",
-        "title",
-        "default",
-        "examples",
-        "$comment",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-    }
-)
-_PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
-    "string": lambda v: type(v) is str,
-    "integer": lambda v: type(v) is int,
-    "number": lambda v: type(v) is int or type(v) is float,
-    "boolean": lambda v: type(v) is bool,
-    "null": lambda v: v is None,
-    "array": lambda v: type(v) is list,
-    "object": lambda v: type(v) is dict,
-}
-
-
-def _quick_property(schema: Any) -> Callable[[Any], bool] | None:
-    """A check for a property schema of a plain type, with ``minimum``/``maximum`` for
-    integers; None for anything else."""
-    if (
-        not isinstance(schema, dict)
-        or not set(schema) <= {"type", "minimum", "maximum"} | _ANNOTATIONS
-    ):
-        return None
-    kind = schema.get("type")
-    is_type = _PLAIN_TYPES.get(kind) if isinstance(kind, str) else None
-    if is_type is None:
-        return None
-    low, high = schema.get("minimum"), schema.get("maximum")
-    if low is None and high is None:
-        return is_type
-    if kind != "integer" or any(b is not None and type(b) is not int for b in (low, high)):
-        return None
-    lo = -math.inf if low is None else low
-    hi = math.inf if high is None else high
-    return lambda v: type(v) is int and lo <= v <= hi
-
-
-def _quick_check(schema: Any) -> Callable[[Any], bool] | None:
-    """A fast check for the plain object schemas tools have (``type: object``, properties of
-    plain types, ``required``, ``additionalProperties`` true or false), or None.
-
-    It answers True only for inputs the schema accepts, and is strict about types (a str
-    subclass, a float for an integer, a Mapping that is not a dict all get False); a False
-    sends the input to the full validator, which gives the verdict and the message."""
-    allowed = {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS
-    if not isinstance(schema, dict) or schema.get("type") != "object" or not set(schema) <= allowed:
-        return None
-    props: dict[str, Callable[[Any], bool]] = {}
-    for key, sub in schema.get("properties", {}).items():
-        check = _quick_property(sub)
-        if check is None:
-            return None
-        props[key] = check
-    required = schema.get("required", [])
-    additional = schema.get("additionalProperties", True)
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        return None
-    if not isinstance(additional, bool):
-        return None
-    needed = tuple(required)
-
-    def accepts(value: Any) -> bool:
-        if type(value) is not dict:
-            return False
-        for key in needed:
-            if key not in value:
-                return False
-        for key, item in value.items():
-            check = props.get(key)
-            if check is None:
-                if not additional:
-                    return False
-            elif not check(item):
-                return False
-        return True
-
-    return accepts
-
-
 def _format_path(path: Iterable[Any]) -> str:
     out = "input"
     for part in path:
@@ -265,7 +177,6 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool]) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Any] = {}
-        self._accepts: dict[str, Callable[[Any], bool] | None] = {}
         self._groups: dict[str, tuple[str, ...]] = {}  # group -> its tools' names, in order
         self.version = 0
         """How many times :meth:`set_group` changed the tools."""
@@ -290,7 +201,6 @@ class ToolRegistry:
             )
         self._tools[name] = tool
         self._validators[name] = Draft202012Validator(schema)
-        self._accepts[name] = _quick_check(schema)
         return None
 
     def set_group(self, group: str, tools: Iterable[Tool]) -> tuple[str, ...]:
@@ -301,7 +211,7 @@ class ToolRegistry:
         old = self._groups.get(group, ())
         before = [(n, self._tools[n]) for n in old]
         for name in old:
-            del self._tools[name], self._validators[name], self._accepts[name]
+            del self._tools[name], self._validators[name]
         refused: list[str] = []
         names: list[str] = []
         for tool in tools:
@@ -349,9 +259,6 @@ class ToolRegistry:
         validator = self._validators.get(name)
         if validator is None:
             return f"No such tool available: {name}"
-        accepts = self._accepts.get(name)
-        if accepts is not None and accepts(input):  # a plain schema, and the input fits it
-            return None
         if validator.is_valid(input):  # the common case: no error to rank
             return None
         error = best_match(validator.iter_errors(input))

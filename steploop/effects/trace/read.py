@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from steploop.effects.trace.strict import (
     provenance_problem,
     type_problem,
 )
-from steploop.reducer import PHASES, ConfigError, LoopConfig, Request, Session
+from steploop.reducer import PHASES, ConfigError, LoopConfig, Request, Session, fastpaths
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.digest import STATE_FIELDS
 from steploop.reducer.effects import Effect, Emit
@@ -51,12 +50,6 @@ from steploop.reducer.events import CompactionFinished, Event
 from steploop.reducer.messages import Message
 from steploop.reducer.serialize import SerializationError, converter, explain_error, fast_structurer
 from steploop.reducer.transitions import Terminal, Transition
-
-_orjson: Any
-try:  # an optional speed-up of reading; json gives the same records (see _fast_loads)
-    _orjson = importlib.import_module("orjson")
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX_DIGITS = "0123456789abcdef"  # s.strip(_HEX_DIGITS) == "": s is lowercase hex (or empty)
@@ -127,7 +120,6 @@ def _structure(data: Any, cls: Any, what: str, problem: str | None = "check") ->
 
 
 _DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # each digit -> "0"
-_LONG_NUMBER = b"0" * 19
 _HUGE_NUMBER = b"0" * (MAX_INT_DIGITS + 1)  # a run this long may be an integer over the limit
 
 
@@ -147,16 +139,12 @@ _DECODER = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
 _decode = _DECODER.decode
 
 
-def _fast_loads(raw: bytes) -> Any:
+def _loads(raw: bytes) -> Any:
     """``json.loads(raw.decode("utf-8"))`` for a line that is valid; anything may raise otherwise.
 
-    orjson, when installed, parses the same JSON to the same values, with two differences: it
-    refuses what only Python's json takes (NaN, Infinity, lone surrogate escapes; we then parse
-    with json), and it reads an integer beyond 64 bits as a float. A line with 19 digits in a
-    row, the shortest such integer, is therefore parsed with json.
+    (orjson was tried here and measured side by side: 1.30x on reading alone, 0.96-1.03x on an
+    exact replay, item 3 of benchmarks/; under the 10% a fast path must earn, so it is gone.)
     """
-    if _orjson is not None and _LONG_NUMBER not in raw.translate(_DIGITS):
-        return _orjson.loads(raw)
     return _decode(raw.decode("utf-8"))
 
 
@@ -230,21 +218,36 @@ def _fast_table(
     return out
 
 
-# The fast paths of _decode_event and _decode_effect: each returns exactly what the general code
+# The fast paths of _decode_event and _decode_effect (fast path "trace_decoders" of
+# steploop/reducer/fastpaths.py, where its figure is): each returns exactly what the general code
 # below it returns for the same data, or raises (anything); the general code then decides and
 # words the error. Events carrying messages (refs) and effects carrying a message (a ref) are
-# left to the general code. What they buy, measured on and off (with the serializer's own
-# tables, tests/effects/test_trace_fast.py's _general_only), replaying a 20,000-event synthetic
-# trace, min of 5, 2026-12-01 on the shared 2-core machine without orjson: 88.5 against 138.0
-# µs per event, 1.56x on item 3 of benchmarks/ (reading alone 2.29x). The reader's former inline
-# lane and the inline copies of these paths in _step (1.04-1.07x on reading, within the noise of
-# a replay) are gone.
-_FAST_MESSAGE = fast_structurer(Message)
-_FAST_EVENTS = _fast_table((c for c in EVENT_CLASSES if c is not CompactionFinished), {})
-_FAST_EFFECTS = _fast_table(
-    EFFECT_CLASSES,
-    {cls: {"conversation": _decode_conversation} for cls in CONV_EFFECTS},
-)
+# left to the general code.
+_FAST_MESSAGE: Callable[[Any], Any] | None = None
+_FAST_EVENTS: dict[str, Callable[[Any], Any]] = {}
+_FAST_EFFECTS: dict[str, Callable[[Any], Any]] = {}
+_DECODERS = [True]  # the fast path "trace_decoders" is on
+
+
+def _switched() -> None:
+    """The fast path switch moved (steploop/reducer/fastpaths.py): rebuild or drop the tables."""
+    global _FAST_MESSAGE, _FAST_EVENTS, _FAST_EFFECTS
+    on = _DECODERS[0] = fastpaths.on("trace_decoders")
+    _FAST_MESSAGE = fast_structurer(Message) if on else None
+    _FAST_EVENTS = (
+        _fast_table((c for c in EVENT_CLASSES if c is not CompactionFinished), {}) if on else {}
+    )
+    _FAST_EFFECTS = (
+        _fast_table(
+            EFFECT_CLASSES, {cls: {"conversation": _decode_conversation} for cls in CONV_EFFECTS}
+        )
+        if on
+        else {}
+    )
+
+
+_switched()
+fastpaths.watch(_switched)
 
 
 def _decode_event(data: Any, b: _ReaderBindings, what: str) -> Event:
@@ -276,7 +279,7 @@ _EMIT_KEYS = frozenset({"type", "item"})
 def _fast_effect(data: Any, b: _ReaderBindings) -> Effect | None:
     """What ``_decode_effect`` returns for a well-formed effect; None: ask ``_decode_effect``
     (which decides, and words the error). Callers try this first. Raises nothing, for JSON data."""
-    if data.__class__ is not dict:
+    if data.__class__ is not dict or not _DECODERS[0]:
         return None
     tag = data.get("type")
     if tag == "emit":
@@ -330,13 +333,12 @@ def _decode_effect(data: Any, b: _ReaderBindings, what: str) -> Effect:
 _BLOCK = 1 << 14
 
 
-def _blocks(f: IO[bytes], check: bool) -> Iterator[tuple[list[bytes], bool, int, bool]]:
+def _blocks(f: IO[bytes]) -> Iterator[tuple[list[bytes], int, bool]]:
     """The lines of ``f`` (as ``for raw in f`` splits them), a block of whole lines at a time,
-    without their newlines: ``(lines, clean, nl, huge)``. ``clean``: ``check`` and no line of
-    the block holds a run of 19 digits, so _fast_loads would hand each to orjson (the check is
-    made once per block, not once per line). ``nl`` is 1; 0 for a last line without a newline,
-    which comes alone, last. ``huge``: some line of the block holds a run of more than
-    MAX_INT_DIGITS digits (so its lines are checked for an integer over the limit).
+    without their newlines: ``(lines, nl, huge)``. ``nl`` is 1; 0 for a last line without a
+    newline, which comes alone, last. ``huge``: some line of the block holds a run of more than
+    MAX_INT_DIGITS digits (so its lines are checked for an integer over the limit; the check
+    is made once per block, not once per line).
     """
     parts: list[bytes] = []  # the start of a line that goes on in the next read
     while True:
@@ -355,10 +357,9 @@ def _blocks(f: IO[bytes], check: bool) -> Iterator[tuple[list[bytes], bool, int,
         if last:
             parts.append(last)
         # a newline becomes a space, so no run found spans two lines
-        digits = chunk.translate(_DIGITS)
-        yield lines, check and _LONG_NUMBER not in digits, 1, _HUGE_NUMBER in digits
+        yield lines, 1, _HUGE_NUMBER in chunk.translate(_DIGITS)
     if parts:
-        yield [b"".join(parts)], False, 0, True
+        yield [b"".join(parts)], 0, True
 
 
 class TraceReader:
@@ -409,21 +410,18 @@ class TraceReader:
             last_i = -1
             ln = 0
             offset = 0
-            loads: Any = None if _orjson is None else _orjson.loads
-            for lines, clean, nl, huge in _blocks(f, loads is not None):
+            for lines, nl, huge in _blocks(f):
                 tail = not nl
                 for line in lines:
                     ln += 1
-                    # _parse_line, its common case inline: a dict from orjson is what it
-                    # returns; in a clean block no line needs _fast_loads' own check
+                    # _parse_line, its common case inline: a dict is what it returns
                     obj: Any = None
-                    if clean or (loads is not None and _LONG_NUMBER not in line.translate(_DIGITS)):
-                        try:
-                            obj = loads(line)
-                        except Exception:  # _parse_line decides, and words the error
-                            pass
+                    try:
+                        obj = _decode(line.decode("utf-8"))
+                    except Exception:  # _parse_line_checked decides, and words the error
+                        pass
                     if obj.__class__ is not dict:
-                        obj = self._parse_line(line + b"\n" if nl else line, ln, tail)
+                        obj = self._parse_line_checked(line + b"\n" if nl else line, ln, tail)
                         if obj is None:  # a truncated tail we were told to tolerate
                             if self.header is None:  # nothing of the trace is left
                                 raise self.error(
@@ -462,7 +460,7 @@ class TraceReader:
 
     def _parse_line(self, raw: bytes, ln: int, tail: bool) -> dict[str, Any] | None:
         try:
-            obj = _fast_loads(raw)
+            obj = _loads(raw)
         except Exception:  # _parse_line_checked words it
             pass
         else:
