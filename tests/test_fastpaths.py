@@ -155,3 +155,24 @@ def test_random_walks_are_the_same_with_every_fast_path_off(data: st.DataObject)
         assert digest == composed
     text_on, text_off = _both(lambda: _record(config, request, None, events))
     assert text_on == text_off
+
+
+def test_counterfactual_replay_is_the_same_with_every_fast_path_off(tmp_path: Path) -> None:
+    """The counterfactual replay's fast paths (same_request, same_address) change nothing: the
+    same report and the same recorded new run with every path on and with every one off (the
+    stamp's twin is pinned event kind by event kind in tests/effects/test_answer.py)."""
+    from benchmarks.counterfactual import CHANGE, build
+    from steploop.effects.trace import replay_counterfactual
+
+    session = tmp_path / "session.jsonl"
+    build(session, 12)
+
+    def counterfactual() -> tuple[Any, str]:
+        out = tmp_path / f"new-{len(list(tmp_path.iterdir()))}.jsonl"
+        report = replay_counterfactual(session, CHANGE, record=out)
+        text = "\n".join(line for line in out.read_text("utf-8").splitlines()[1:])
+        return report, text
+
+    (fast_report, fast_run), (slow_report, slow_run) = _both(counterfactual)
+    assert fast_report.status == "finished" and fast_report.matched["call_model"] == 13
+    assert fast_report == slow_report and fast_run == slow_run

@@ -60,7 +60,7 @@ from steploop.effects.boundary import (
 from steploop.effects.hooks import StopEventName
 from steploop.effects.protocols import ModelClient
 from steploop.effects.tools.base import ToolOutput, tool_use_error
-from steploop.reducer import LoopState, Request
+from steploop.reducer import LoopState, Request, fastpaths
 from steploop.reducer._replace import evolve
 from steploop.reducer.effects import (
     AskPermission,
@@ -127,7 +127,7 @@ Asked: TypeAlias = CallModel | StartTool | Compact | RunStopHooks | SummarizeToo
 
 def stamped(event: E, at_ms: int) -> E:
     """``event`` with the world's time (the reducer's fast evolve)."""
-    if at_ms.__class__ is int:  # fast path: stamp
+    if at_ms.__class__ is int and fastpaths.on("stamp"):  # fast path: stamp
         stamp = _STAMPS.get(event.__class__)
         if stamp is None:
             stamp = _STAMPS[event.__class__] = _stamper(event.__class__)

@@ -63,7 +63,7 @@ from steploop.effects.protocols import (
 )
 from steploop.effects.run_types import Caller, PermissionRequest, RunResult, TextDelta, Timeouts
 from steploop.effects.tools.base import ToolContext, ToolOutput, ToolRegistry, timed_out
-from steploop.reducer import LoopConfig, LoopState, Request, Session
+from steploop.reducer import LoopConfig, LoopState, Request, Session, fastpaths
 from steploop.reducer.drive import Loop
 from steploop.reducer.effects import (
     AcknowledgeCommands,
@@ -120,7 +120,7 @@ Handler = Callable[[Any, anyio.CancelScope], Coroutine[Any, Any, None]]
 # Runner tasks kept waiting for work (more finish when their handler does): a handler starts
 # with a wake-up instead of a new task. Measured on and off (_IDLE_RUNNERS = 0), 400 tool turns,
 # min of 7, 2026-12-01 on the shared 2-core machine: 166.6 against 211.7 µs per turn, 1.27x on
-# item 1 of benchmarks/.
+# item 1 of benchmarks/ (fast path "idle_runners" in steploop/reducer/fastpaths.py).
 _IDLE_RUNNERS = 8
 
 
@@ -213,8 +213,13 @@ class Run:
         self._entered = False
         self._tool_use_ids = ToolUseIds()  # the ids a response may not reuse (B-MODEL-2)
         # MCP servers, the tool list's refresh, spans (steploop/effects/extensions.py)
-        self.extensions = RunExtensions(tools=tools, model=model, workspace=workspace,
-                                        mcp_servers=mcp_servers, telemetry=telemetry)
+        self.extensions = RunExtensions(
+            tools=tools,
+            model=model,
+            workspace=workspace,
+            mcp_servers=mcp_servers,
+            telemetry=telemetry,
+        )
         self._spans: Any = None
         self._observer = observer
         self._caller: Caller | None = None
@@ -375,7 +380,9 @@ class Run:
         try:
             self._wake = wake = self._signal()
             if self._resume is not None:
-                state, fx = self._resume  # continue a recorded run (steploop/effects/trace/resume.py)
+                state, fx = (
+                    self._resume
+                )  # continue a recorded run (steploop/effects/trace/resume.py)
                 self._state = self.state = state
                 self._loop.resume(state, fx)
             else:
@@ -479,7 +486,11 @@ class Run:
                 await handler(effect, scope)
             if self._scopes.get(key) is scope:
                 del self._scopes[key]
-            if len(self._idle) >= _IDLE_RUNNERS or contextvars.copy_context() != self._context:
+            if (
+                len(self._idle) >= _IDLE_RUNNERS
+                or not fastpaths.on("idle_runners")  # fast path: the twin starts a task a job
+                or contextvars.copy_context() != self._context
+            ):
                 return
             runner.go = go = self._signal()
             self._idle.append(runner)

@@ -40,7 +40,14 @@ from steploop.effects.trace.replay import (
     digest_mismatch,
     effects_mismatch,
 )
-from steploop.reducer import ConfigError, IllegalEvent, LoopConfig, LoopState, SteploopError
+from steploop.reducer import (
+    ConfigError,
+    IllegalEvent,
+    LoopConfig,
+    LoopState,
+    SteploopError,
+    fastpaths,
+)
 from steploop.reducer.drive import drive_async
 from steploop.reducer.effects import (
     CallModel,
@@ -325,7 +332,7 @@ def _settle(walk: Walk, pending: list[tuple[StepRecord, LoopState]]) -> Mismatch
 def _readdressed(event: Event, effect: Effect, kind: RequestKind) -> Event:
     """:func:`readdress`, or the recorded event itself when it already carries the ids of the
     request it answers (the new run opened it under the recorded ids): an equal event."""
-    if event.__class__ in kind.answered_by:  # fast path: same address
+    if event.__class__ in kind.answered_by and fastpaths.on("same_address"):  # fast path
         for name in kind.readdress:
             mine, theirs = getattr(event, name), getattr(effect, name)
             if mine.__class__ is not theirs.__class__ or mine != theirs:
@@ -471,7 +478,7 @@ class _RecordedWorld:
         r = index.ordinal(kind, ordinal)
         fp: bytes | None = None
         if r is not None and r.key not in self.used:
-            if self.same.request(e, index.effects[r.key]):  # fast path: same request
+            if fastpaths.on("same_request") and self.same.request(e, index.effects[r.key]):
                 same = True
             else:
                 fp = self.fingerprints(e)
