@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import steploop.effects.trace.fingerprints as fingerprints
 from benchmarks.counterfactual import CHANGE, build
 from steploop.effects.trace import ReplayProgress, TraceReader, replay_counterfactual, replay_exact
 from steploop.effects.trace.format import StepRecord
+from steploop.reducer import fastpaths
 from steploop.reducer.effects import CallModel
 
 
@@ -118,6 +120,16 @@ def test_same_requests_proves_only_what_the_fingerprints_say() -> None:
     assert not fingerprints.SameRequests().request(one, other) and fps(one) != fps(other)
 
 
+@pytest.fixture
+def counterfactual_fast_paths() -> Iterator[None]:
+    """The counterfactual replay's fast paths on for the test (the suite may run with every
+    fast path off, STEPLOOP_NO_FAST_PATHS=1), as they were after."""
+    with fastpaths.off("same_request", "same_address"):
+        fastpaths.enable("same_request", "same_address")
+        yield
+
+
+@pytest.mark.usefixtures("counterfactual_fast_paths")
 def test_a_replay_that_follows_the_recording_encodes_no_message(
     session: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,6 +148,7 @@ def test_a_replay_that_follows_the_recording_encodes_no_message(
     assert encoded[0] <= 3
 
 
+@pytest.mark.usefixtures("counterfactual_fast_paths")
 def test_an_answer_already_addressed_is_taken_as_recorded() -> None:
     """A recorded answer whose ids are the new request's is used as it is (fast path: same
     address); another is readdressed, as readdress() does."""
