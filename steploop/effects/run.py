@@ -33,13 +33,7 @@ import contextvars
 import math
 import time
 import uuid
-from collections.abc import (
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterable,
-    Sequence,
-)
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, assert_never
@@ -486,11 +480,8 @@ class Run:
                 await handler(effect, scope)
             if self._scopes.get(key) is scope:
                 del self._scopes[key]
-            if (
-                len(self._idle) >= _IDLE_RUNNERS
-                or not fastpaths.on("idle_runners")  # fast path: the twin starts a task a job
-                or contextvars.copy_context() != self._context
-            ):
+            keep = len(self._idle) < _IDLE_RUNNERS and fastpaths.on("idle_runners")  # fast path
+            if not keep or contextvars.copy_context() != self._context:
                 return
             runner.go = go = self._signal()
             self._idle.append(runner)
