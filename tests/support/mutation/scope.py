@@ -36,12 +36,13 @@ TRACE_READING = (
     "tests/effects/test_trace_fast.py",
     "tests/effects/test_outside_data.py",
     "tests/effects/test_trace.py",
+    "tests/effects/test_trace_replays.py",
 )
 COUNTERFACTUAL = (
     "tests/effects/test_pinned_counterfactual.py",
     "tests/effects/test_trace_counterfactual.py",
     "tests/effects/test_trace_layers.py",
-    "tests/effects/test_trace.py",
+    "tests/effects/test_trace_replays.py",
     "tests/effects/test_import.py",
 )
 CONFINEMENT = (
