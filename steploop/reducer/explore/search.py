@@ -143,6 +143,23 @@ def explore(
                 if firsts[i] is None:
                     firsts[i] = cex(node, extra, invs[i].id, bad)
 
+    def record_hits(
+        hits: list[tuple[int, bool, str | None]], node: int, extra: Sequence[Move]
+    ) -> None:
+        """:func:`record` for the invariants that were exercised or broken, in catalogue order."""
+        for i, ex, bad in hits:
+            if not applicable[i]:
+                continue
+            if ex:
+                exercised[i] += 1
+            if bad is not None:
+                violations[i] += 1
+                if firsts[i] is None:
+                    firsts[i] = cex(node, extra, invs[i].id, bad)
+
+    checks = tuple(inv.check for inv in invs)
+    idx = range(len(invs))
+
     # the start transition
     s0, fx0, passed0 = begin(request, config, session)
     o0 = Observation(config, None, None, fx0, s0, passed0)
@@ -212,9 +229,19 @@ def explore(
                     failed = True
                     break
                 o = Observation(config, cur, ev, fx, nxt, passed)
-                mons, exs, bads = check_step(invs, mons, o)
-                if any(exs) or any(b is not None for b in bads):
-                    record(exs, bads, n, [mv])
+                # fast path: fused check (check_step, then record, without the per-step tuples)
+                new_mons: list[Hashable] = []
+                hits: list[tuple[int, bool, str | None]] | None = None
+                for i, chk, mon in zip(idx, checks, mons, strict=True):
+                    m, ex, bad = chk(mon, o)
+                    new_mons.append(m)
+                    if ex or bad is not None:
+                        if hits is None:
+                            hits = []
+                        hits.append((i, ex, bad))
+                mons = tuple(new_mons)
+                if hits is not None:
+                    record_hits(hits, n, [mv])
                 if o.current_call_event and isinstance(ev, (ModelResponseEnded, ModelCallFailed)):
                     answers += 1
                 if o.progress:
