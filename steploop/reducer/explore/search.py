@@ -12,7 +12,7 @@ import attrs
 
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.errors import IllegalEvent
-from steploop.reducer.events import Interrupted, ModelCallFailed, ModelResponseEnded
+from steploop.reducer.events import Event, Interrupted, ModelCallFailed, ModelResponseEnded
 from steploop.reducer.explore.abstraction import Abstraction
 from steploop.reducer.explore.cycles import Analysis, concrete_path, lasso_cex
 from steploop.reducer.explore.invariants import (
@@ -32,6 +32,11 @@ from steploop.reducer.explore.world import Move, World, moves
 from steploop.reducer.machine import advance, begin
 from steploop.reducer.state import LoopState, Request, Session
 from steploop.reducer.transitions import StopHookBlocking
+
+_Checked = tuple[
+    LoopState, Observation, tuple[Hashable, ...], "list[tuple[int, bool, str | None]] | None"
+]
+"""One event's step and checks: (next state, observation, monitors, exercised or broken)."""
 
 DEFAULT_ROUNDS: Final = 3
 """The CI bound: the full alphabet within 3 model calls per path, then the deep tier
@@ -211,6 +216,9 @@ def explore(
             _probe_done(config, invs, g.mons[n], s, n, record)
             continue
         mons0 = g.mons[n]
+        # fast path: first_event (moves that open with the same event object, the text block of
+        # every reply, share its step and its checks; the invariants are counted per move)
+        firsts_seen: dict[int, tuple[Event, _Checked]] = {}
         for mv in moves(s, config, alphabet):
             mons = mons0
             cur = s
@@ -218,28 +226,34 @@ def explore(
             flags = 0
             new_calls = 0
             failed = False
-            for ev in mv.events:
-                try:
-                    nxt, fx, passed = advance(cur, ev, config)
-                except Exception as exc:  # specs/ M-5: only IllegalEvent, and never for these
-                    if len(errors) < 20:
-                        errors.append(
-                            cex(n, [mv], "M-5", f"step() raised {type(exc).__name__}: {exc}")
-                        )
-                    failed = True
-                    break
-                o = Observation(config, cur, ev, fx, nxt, passed)
-                # fast path: fused check (check_step, then record, without the per-step tuples)
-                new_mons: list[Hashable] = []
-                hits: list[tuple[int, bool, str | None]] | None = None
-                for i, chk, mon in zip(idx, checks, mons, strict=True):
-                    m, ex, bad = chk(mon, o)
-                    new_mons.append(m)
-                    if ex or bad is not None:
-                        if hits is None:
-                            hits = []
-                        hits.append((i, ex, bad))
-                mons = tuple(new_mons)
+            for k, ev in enumerate(mv.events):
+                seen = firsts_seen.get(id(ev)) if k == 0 else None
+                if seen is not None:
+                    nxt, o, mons, hits = seen[1]
+                else:
+                    try:
+                        nxt, fx, passed = advance(cur, ev, config)
+                    except Exception as exc:  # specs/ M-5: only IllegalEvent, and never for these
+                        if len(errors) < 20:
+                            errors.append(
+                                cex(n, [mv], "M-5", f"step() raised {type(exc).__name__}: {exc}")
+                            )
+                        failed = True
+                        break
+                    o = Observation(config, cur, ev, fx, nxt, passed)
+                    # fast path: fused_check (check_step then record, without per-step tuples)
+                    new_mons: list[Hashable] = []
+                    hits = None
+                    for i, chk, mon in zip(idx, checks, mons, strict=True):
+                        m, ex, bad = chk(mon, o)
+                        new_mons.append(m)
+                        if ex or bad is not None:
+                            if hits is None:
+                                hits = []
+                            hits.append((i, ex, bad))
+                    mons = tuple(new_mons)
+                    if k == 0:  # the event is kept alive with its result, so its id stays its own
+                        firsts_seen[id(ev)] = (ev, (nxt, o, mons, hits))
                 if hits is not None:
                     record_hits(hits, n, [mv])
                 if o.current_call_event and isinstance(ev, (ModelResponseEnded, ModelCallFailed)):
