@@ -11,14 +11,12 @@ from typing import Final
 import attrs
 
 from steploop.reducer.config import LoopConfig
-from steploop.reducer.errors import IllegalEvent
-from steploop.reducer.events import Event, Interrupted, ModelCallFailed, ModelResponseEnded
 from steploop.reducer.explore.abstraction import Abstraction
 from steploop.reducer.explore.cycles import Analysis, concrete_path, lasso_cex
+from steploop.reducer.explore.expand import PROBE, Expander
 from steploop.reducer.explore.invariants import (
     Invariant,
     NoProgressFreeCycle,
-    NothingAfterFinish,
     StopHookCap,
     catalogue,
     check_step,
@@ -26,12 +24,12 @@ from steploop.reducer.explore.invariants import (
     initial_monitors,
 )
 from steploop.reducer.explore.observation import Observation
+from steploop.reducer.explore.parallel import NodeResult, Workers
 from steploop.reducer.explore.report import Counterexample, ExploreProgress, InvariantResult, Report
-from steploop.reducer.explore.state_graph import BLOCKING, PROGRESS, Graph
-from steploop.reducer.explore.world import Move, World, moves
-from steploop.reducer.machine import advance, begin
+from steploop.reducer.explore.state_graph import Graph
+from steploop.reducer.explore.world import Move, World
+from steploop.reducer.machine import begin
 from steploop.reducer.state import LoopState, Request, Session
-from steploop.reducer.transitions import StopHookBlocking
 
 _Checked = tuple[
     LoopState, Observation, tuple[Hashable, ...], "list[tuple[int, bool, str | None]] | None"
@@ -85,6 +83,7 @@ def explore(
     max_states: int | None = None,
     on_progress: Callable[[ExploreProgress], None] | None = None,
     progress_every: int = 2_000,
+    processes: int = 1,
 ) -> Report:
     """Explore every abstract state reachable from ``start(request, config, session)``.
 
@@ -106,6 +105,8 @@ def explore(
         max_states: stop after this many abstract states (the report says it is incomplete).
         on_progress: called with an :class:`ExploreProgress` now and then.
         progress_every: expansions between two progress calls.
+        processes: worker processes (1: the search runs in this process). The report is the
+            same for every count (:mod:`~steploop.reducer.explore.parallel`).
 
     Returns:
         The :class:`Report`: counts, per-invariant results with the shortest counterexample
@@ -162,9 +163,6 @@ def explore(
                 if firsts[i] is None:
                     firsts[i] = cex(node, extra, invs[i].id, bad)
 
-    checks = tuple(inv.check for inv in invs)
-    idx = range(len(invs))
-
     # the start transition
     s0, fx0, passed0 = begin(request, config, session)
     o0 = Observation(config, None, None, fx0, s0, passed0)
@@ -173,6 +171,21 @@ def explore(
     record(exs0, bads0, root, ())
 
     heap: list[tuple[int, int, int]] = [(g.calls[root], 0, root)]
+    expander = Expander(config, invs, absn)
+    workers = (
+        Workers(expander, processes, (world, deep_world or world), root, s0)
+        if processes > 1
+        else None
+    )
+
+    def layer_batch(
+        calls: int, depth: int, n: int, full: bool
+    ) -> list[tuple[int, tuple[Hashable, ...], int]]:
+        """``n`` and every node of its (calls, depth) layer the search will expand, in the
+        order it pops them (a layer shares its tier and its bound)."""
+        same = sorted(m for c, d, m in heap if c == calls and d == depth and not g.expanded[m])
+        return [(m, g.mons[m], 0 if full else 1) for m in [n, *same]]
+
     rounds_reached = 0
     cut = False
     expanded = 0
@@ -192,88 +205,61 @@ def explore(
             )
         )
 
-    while heap:
-        calls, depth, n = heapq.heappop(heap)
-        if g.expanded[n]:
-            continue
-        deep = rounds is not None and calls > rounds
-        if deep and (deep_world is None or (deep_rounds is not None and calls > deep_rounds)):
-            cut = True
-            continue
-        if max_states is not None and len(g.rep) >= max_states:
-            cut = True
-            break
-        alphabet = deep_world if deep and deep_world is not None else world
-        g.expanded[n] = True
-        expanded += 1
-        rounds_reached = max(rounds_reached, calls)
-        if on_progress is not None and (calls != layer or expanded % progress_every == 0):
-            layer = calls
-            report_progress(calls, deep)
-        s = g.state(n)
-        g.rep[n] = None  # rebuilt from the path if a counterexample needs it
-        if s.phase == "done":
-            _probe_done(config, invs, g.mons[n], s, n, record)
-            continue
-        mons0 = g.mons[n]
-        # fast path: first_event (moves that open with the same event object, the text block of
-        # every reply, share its step and its checks; the invariants are counted per move)
-        firsts_seen: dict[int, tuple[Event, _Checked]] = {}
-        for mv in moves(s, config, alphabet):
-            mons = mons0
-            cur = s
-            answers = 0
-            flags = 0
-            new_calls = 0
-            failed = False
-            for k, ev in enumerate(mv.events):
-                seen = firsts_seen.get(id(ev)) if k == 0 else None
-                if seen is not None:
-                    nxt, o, mons, hits = seen[1]
-                else:
-                    try:
-                        nxt, fx, passed = advance(cur, ev, config)
-                    except Exception as exc:  # specs/ M-5: only IllegalEvent, and never for these
-                        if len(errors) < 20:
-                            errors.append(
-                                cex(n, [mv], "M-5", f"step() raised {type(exc).__name__}: {exc}")
-                            )
-                        failed = True
-                        break
-                    o = Observation(config, cur, ev, fx, nxt, passed)
-                    # fast path: fused_check (check_step then record, without per-step tuples)
-                    new_mons: list[Hashable] = []
-                    hits = None
-                    for i, chk, mon in zip(idx, checks, mons, strict=True):
-                        m, ex, bad = chk(mon, o)
-                        new_mons.append(m)
-                        if ex or bad is not None:
-                            if hits is None:
-                                hits = []
-                            hits.append((i, ex, bad))
-                    mons = tuple(new_mons)
-                    if k == 0:  # the event is kept alive with its result, so its id stays its own
-                        firsts_seen[id(ev)] = (ev, (nxt, o, mons, hits))
-                if hits is not None:
-                    record_hits(hits, n, [mv])
-                if o.current_call_event and isinstance(ev, (ModelResponseEnded, ModelCallFailed)):
-                    answers += 1
-                if o.progress:
-                    flags |= PROGRESS
-                if isinstance(o.continued, StopHookBlocking):
-                    flags |= BLOCKING
-                new_calls += len(o.calls)
-                cur = nxt
-            transitions += 1
-            if failed:
+    try:
+        while heap:
+            calls, depth, n = heapq.heappop(heap)
+            if g.expanded[n]:
                 continue
-            akey = absn.key(cur)
-            key = akey if cur.phase == "done" else (akey, mons)
-            dst = g.ids.get(key)
-            if dst is None:
-                dst = g.add(key, cur, mons, n, mv, calls + new_calls, depth + 1)
-                heapq.heappush(heap, (calls + new_calls, depth + 1, dst))
-            g.out[n].append((dst, mv.label, answers, flags))
+            deep = rounds is not None and calls > rounds
+            if deep and (deep_world is None or (deep_rounds is not None and calls > deep_rounds)):
+                cut = True
+                continue
+            if max_states is not None and len(g.rep) >= max_states:
+                cut = True
+                break
+            alphabet = deep_world if deep and deep_world is not None else world
+            g.expanded[n] = True
+            expanded += 1
+            rounds_reached = max(rounds_reached, calls)
+            if on_progress is not None and (calls != layer or expanded % progress_every == 0):
+                layer = calls
+                report_progress(calls, deep)
+            if workers is None:
+                s = g.state(n)
+                g.rep[n] = None  # rebuilt from the path if a counterexample needs it
+                result: NodeResult = (
+                    ("done", expander.probe_done(s, g.mons[n]))
+                    if s.phase == "done"
+                    else expander.expand(s, g.mons[n], alphabet)
+                )
+            else:
+                if n not in workers.results:
+                    workers.run_layer(layer_batch(calls, depth, n, alphabet is world))
+                result = workers.results.pop(n)
+            if isinstance(result, tuple):
+                if result[1]:
+                    record_hits(result[1], n, [PROBE])
+                continue
+            for e in result:
+                for hits in e.records:
+                    record_hits(hits, n, [e.move] if e.move is not None else [])
+                transitions += 1
+                if e.error is not None:
+                    if len(errors) < 20:
+                        assert e.move is not None
+                        errors.append(cex(n, [e.move], "M-5", e.error))
+                    continue
+                dst = g.ids.get(e.key)
+                if dst is None:
+                    assert e.move is not None
+                    dst = g.add(e.key, e.state, e.mons, n, e.move, calls + e.calls, depth + 1)
+                    heapq.heappush(heap, (calls + e.calls, depth + 1, dst))
+                    if workers is not None:
+                        workers.adopt(dst, n, e.token, (calls + e.calls, depth + 1))
+                g.out[n].append((dst, e.label, e.answers, e.flags))
+    finally:
+        if workers is not None:
+            workers.close()
     complete = not cut and not heap
     if on_progress is not None:
         report_progress(rounds_reached, rounds is not None and rounds_reached > rounds)
@@ -338,27 +324,3 @@ def explore(
         longest_progress_free=longest,
         longest_progress_free_witness=witness,
     )
-
-
-def _probe_done(
-    config: LoopConfig,
-    invs: Sequence[Invariant],
-    mons: tuple[Hashable, ...],
-    s: LoopState,
-    n: int,
-    record: Callable[[Iterable[bool], Iterable[str | None], int, Sequence[Move]], None],
-) -> None:
-    """INV-12: after Finish, step() must refuse even an interrupt (legal in every other phase)."""
-    probe = Interrupted(kind="hard")
-    try:
-        nxt, fx, passed = advance(s, probe, config)
-    except IllegalEvent:
-        return
-    o = Observation(config, s, probe, fx, nxt, passed)
-    exs = [False] * len(invs)
-    bads: list[str | None] = [None] * len(invs)
-    for i, inv in enumerate(invs):
-        if isinstance(inv, NothingAfterFinish):
-            _, exs[i], bads[i] = inv.check(mons[i], o)
-            bads[i] = bads[i] or "step() accepted an event after Finish"
-    record(exs, bads, n, [Move("probe:after_finish", (probe,))])
