@@ -49,6 +49,7 @@ class Edge(NamedTuple):
     flags: int
     calls: int
     token: int = -1  # a worker's handle on the successor it keeps (parallel search)
+    local: int = -1  # a worker's number for the key; the key itself only the first time
 
 
 _Checked = tuple[LoopState, Observation, tuple[Hashable, ...], Hits | None]

@@ -38,7 +38,7 @@ def _worker(conn: Connection, expander: Expander, worlds: tuple[World, ...]) -> 
     """A worker's loop: settle the last layer's successors, expand a layer, repeat."""
     store: dict[int, LoopState] = {}  # node -> representative, for the nodes this worker owns
     cand: dict[int, LoopState] = {}  # token -> successor of the last layer, not yet settled
-    sent: set[Hashable] = set()  # node keys this worker has reported with their move
+    local: dict[Hashable, int] = {}  # node keys this worker has reported, numbered in order
     try:
         while True:
             msg = conn.recv()
@@ -66,14 +66,24 @@ def _worker(conn: Connection, expander: Expander, worlds: tuple[World, ...]) -> 
                 for e in expander.expand(s, mons, worlds[which]):
                     if e.error is not None:
                         edges.append(e)
-                    elif e.key not in sent:
-                        sent.add(e.key)
+                        continue
+                    lid = local.get(e.key)
+                    if lid is None:  # new to this worker: the key, its move and a handle
+                        lid = local[e.key] = len(local)
                         cand[token] = e.state  # type: ignore[assignment]
-                        edges.append(e._replace(state=None, token=token))
+                        edges.append(e._replace(state=None, token=token, local=lid))
                         token += 1
-                    else:
+                    else:  # the search knows the key by its number
                         broke = any(bad is not None for hits in e.records for _, _, bad in hits)
-                        edges.append(e._replace(state=None, move=e.move if broke else None))
+                        edges.append(
+                            e._replace(
+                                state=None,
+                                key=None,
+                                mons=(),
+                                move=e.move if broke else None,
+                                local=lid,
+                            )
+                        )
                 results.append((node, edges))
             conn.send(("ok", results))
     except BaseException:
@@ -105,6 +115,19 @@ class Workers:
         self.take[0].append((root, pickle.dumps(s0, protocol=pickle.HIGHEST_PROTOCOL)))
         self.results: dict[int, NodeResult] = {}
         self.from_worker: dict[int, int] = {}  # node -> the worker that expanded it
+        # per worker: its key numbers -> node ids (it numbers keys in the order the search
+        # merges its edges)
+        self.local: list[list[int]] = [[] for _ in range(count)]
+
+    def node_of(self, producer_node: int, e: Edge, known: dict[Hashable, int]) -> int | None:
+        """The node ``e`` leads to, None when it is new (then :meth:`adopt` it)."""
+        table = self.local[self.from_worker[producer_node]]
+        if e.key is None:
+            return table[e.local]
+        dst = known.get(e.key)
+        if dst is not None:
+            table.append(dst)
+        return dst
 
     def _ask(self, w: int, msg: tuple[Any, ...]) -> None:
         self.conns[w].send(msg)
@@ -120,6 +143,7 @@ class Workers:
         ``producer_node``; keep it there unless that worker holds more than its share of
         ``layer``."""
         w = self.from_worker[producer_node]
+        self.local[w].append(node)
         counts = self.layer_count.setdefault(layer, [0] * len(self.conns))
         other = min(range(len(counts)), key=counts.__getitem__)
         if counts[w] > counts[other] + _SLACK - 1:

@@ -249,7 +249,7 @@ def explore(
                         assert e.move is not None
                         errors.append(cex(n, [e.move], "M-5", e.error))
                     continue
-                dst = g.ids.get(e.key)
+                dst = g.ids.get(e.key) if workers is None else workers.node_of(n, e, g.ids)
                 if dst is None:
                     assert e.move is not None
                     dst = g.add(e.key, e.state, e.mons, n, e.move, calls + e.calls, depth + 1)
