@@ -74,6 +74,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)"
     )
     p.add_argument("--max-states", default="none", metavar="N", help="stop after N states")
+    p.add_argument(
+        "--processes",
+        default="1",
+        metavar="N",
+        help="expand the states in N worker processes; the report is the same (default 1)",
+    )
     p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     p.add_argument(
         "--out",
@@ -302,6 +308,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     rounds = _bound(args.rounds, "--rounds")
     deep_rounds = _bound(args.deep_rounds, "--deep-rounds")
     max_states = _bound(args.max_states, "--max-states")
+    processes = _bound(getattr(args, "processes", "1"), "--processes") or 1
     deep = {"default": DEEP_WORLD, "retries": RETRY_DEEP_WORLD, "off": None}[args.deep]
     cfg = config_from(args.profile, args.set)
     err = sys.stderr
@@ -315,6 +322,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             deep_rounds=deep_rounds,
             max_states=max_states,
             on_progress=bar,
+            processes=processes,
         )
     finally:
         bar.close()
