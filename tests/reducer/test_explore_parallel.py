@@ -104,7 +104,7 @@ def test_two_processes_cut_and_report_progress_as_one() -> None:
 def test_two_processes_report_the_same_crashes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step() that raises on every refusal (forked workers inherit the patch): the same
     M-5 counterexamples, in the same order, from one process and from two."""
-    real = expand_module.advance
+    real = expand_module.advance  # type: ignore[attr-defined]
 
     def crashing(s: Any, ev: Event, cfg: Any) -> Any:
         if isinstance(ev, ModelResponseEnded) and ev.stop_reason == "refusal":
@@ -124,7 +124,7 @@ def test_an_exploration_computes_no_conversation_digest(monkeypatch: pytest.Monk
     canonical text only to compare one rebuilt beside the old (it cost a tenth of an
     exploration when every node was hashed)."""
     calls = [0]
-    real = conversation_module.chain_digest
+    real = conversation_module.chain_digest  # type: ignore[attr-defined]
 
     def counted(d: bytes, m: Any) -> bytes:
         calls[0] += 1
@@ -142,9 +142,9 @@ def test_moves_that_open_with_one_event_step_it_once(monkeypatch: pytest.MonkeyP
     """Expanding a node steps each distinct opening event once and each later event once per
     move: the replies that open with the same text block share its step."""
     stepped = [0]
-    real = expand_module.advance
+    real = expand_module.advance  # type: ignore[attr-defined]
     offered: list[tuple[Any, ...]] = []
-    real_moves = expand_module.moves
+    real_moves = expand_module.moves  # type: ignore[attr-defined]
 
     def counted(*a: Any) -> Any:
         stepped[0] += 1

@@ -40,6 +40,9 @@ DEFAULT_ROUNDS: Final = 3
 """The CI bound: the full alphabet within 3 model calls per path, then the deep tier
 (``steploop check`` and the suite use it; specs/ ABS-3)."""
 
+LAYER_BATCH: Final = 512
+"""The most nodes a parallel search hands its workers at once (specs/ ABS-4)."""
+
 DEFAULT_REQUEST: Final = Request(prompt="Fix the failing test")
 """The explorer's user turn. Pass a request with a ``token_budget`` to explore budget
 continuations too (the suite does, at a smaller bound)."""
@@ -181,10 +184,11 @@ def explore(
     def layer_batch(
         calls: int, depth: int, n: int, full: bool
     ) -> list[tuple[int, tuple[Hashable, ...], int]]:
-        """``n`` and every node of its (calls, depth) layer the search will expand, in the
-        order it pops them (a layer shares its tier and its bound)."""
+        """``n`` and the next nodes of its (calls, depth) layer the search will expand, in
+        the order it pops them (a layer shares its tier and its bound), at most
+        ``LAYER_BATCH`` (a search cut by ``max_states`` wastes no more)."""
         same = sorted(m for c, d, m in heap if c == calls and d == depth and not g.expanded[m])
-        return [(m, g.mons[m], 0 if full else 1) for m in [n, *same]]
+        return [(m, g.mons[m], 0 if full else 1) for m in [n, *same[: LAYER_BATCH - 1]]]
 
     rounds_reached = 0
     cut = False
