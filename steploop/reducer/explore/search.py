@@ -236,7 +236,7 @@ def explore(
                     if s.phase == "done"
                     else expander.expand(s, g.mons[n], alphabet)
                 )
-            else:
+            else:  # fast path: parallel_search (the serial branch above computes the same)
                 if n not in workers.results:
                     workers.run_layer(layer_batch(calls, depth, n, alphabet is world))
                 result = workers.results.pop(n)
