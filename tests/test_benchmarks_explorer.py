@@ -50,8 +50,13 @@ def test_the_item_measures_cpu_time_and_two_processes_with_the_same_counts(
         "import_elapsed_s": 0.4,
         "import_cpu_s": 0.4,
     }
-    text = markdown({"machine": MACHINE, "command": "test", "quick": True, "items": {"6_explorer": out}})
+    text = markdown(
+        {"machine": MACHINE, "command": "test", "quick": True, "items": {"6_explorer": out}}
+    )
     assert "## 6. Explorer throughput at the CI bound" in text
     assert "| two worker processes (CPU: all processes; same counts: True)" in text
     assert "states/s (CPU) | ≥ 28,000: missed |" in text
-    assert "| `steploop check` at the CI bound, whole process | 9.5 s (9.1 s CPU) | ≤ 4.0 s: missed |" in text
+    assert (
+        "| `steploop check` at the CI bound, whole process | 9.5 s (9.1 s CPU) | ≤ 4.0 s: missed |"
+        in text
+    )

@@ -45,7 +45,10 @@ def fingerprint(r: Report) -> Any:
         r.complete,
         r.longest_progress_free,
         _cex(r.longest_progress_free_witness),
-        [(x.id, x.applicable, x.exercised, x.violations, _cex(x.counterexample)) for x in r.results],
+        [
+            (x.id, x.applicable, x.exercised, x.violations, _cex(x.counterexample))
+            for x in r.results
+        ],
         [_cex(e) for e in r.errors],
     )
 
@@ -69,9 +72,7 @@ def test_two_processes_give_the_serial_report() -> None:
     cfg = claude_code_2_1_88().with_overrides({"gates.max_tokens_escalation": True})
 
     def run(processes: int) -> Report:
-        return explore(
-            cfg, rounds=2, invariants=[*catalogue(), _EndsSeen()], processes=processes
-        )
+        return explore(cfg, rounds=2, invariants=[*catalogue(), _EndsSeen()], processes=processes)
 
     serial, parallel = run(1), run(2)
     assert serial.states > 1_000 and serial.result("SEEN-end").counterexample is not None
