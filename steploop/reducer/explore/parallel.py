@@ -16,16 +16,16 @@ as they were when the search began. The module is pure apart from the processes;
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
-import traceback
 from collections.abc import Hashable, Sequence
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from steploop.reducer.explore.expand import Edge, Expander, Hits
 from steploop.reducer.explore.world import World
 from steploop.reducer.state import LoopState
+
+if TYPE_CHECKING:  # multiprocessing is imported when a search starts workers (startup time)
+    from multiprocessing.connection import Connection
 
 NodeResult = list[Edge] | tuple[str, Hits | None]
 """A node's edges, or ("done", the hits of the INV-12 probe) for a node after Finish."""
@@ -86,7 +86,9 @@ def _worker(conn: Connection, expander: Expander, worlds: tuple[World, ...]) -> 
                         )
                 results.append((node, edges))
             conn.send(("ok", results))
-    except BaseException:
+    except BaseException:  # reported to the parent, which raises it
+        import traceback
+
         conn.send(("error", traceback.format_exc()))
 
 
@@ -96,6 +98,8 @@ class Workers:
     def __init__(
         self, expander: Expander, count: int, worlds: tuple[World, ...], root: int, s0: LoopState
     ) -> None:
+        import multiprocessing
+
         ctx = multiprocessing.get_context("fork")
         self.conns: list[Connection] = []
         self.procs: list[Any] = []
