@@ -5,7 +5,9 @@
   trace with ``steploop.effects.trace.record_driver`` and replays it with ``replay_exact``, in a fresh
   interpreter for events/s and peak RSS, and here under ``tracemalloc``).
 - Item 6, explorer throughput: :func:`steploop.reducer.explore.explore` at the CI bound
-  (``DEFAULT_ROUNDS`` model calls per path) on the default profile.
+  (``DEFAULT_ROUNDS`` model calls per path) on the default profile, states per second of CPU
+  (goal 28,000) and of wall time, in this process and over two worker processes
+  (``workers=process_workers(2)``); in the full run also ``steploop check`` as a whole process (goal 4 s).
 
 When the module is missing, or its entry point is not the one described here, the item says
 "not available" with the reason instead of a number.
@@ -22,10 +24,19 @@ from typing import Any
 
 from benchmarks.common import progress
 
-__all__ = ["REPLAY_GOAL_EVENTS_PER_S", "REPLAY_MEMORY_TOLERANCE", "explorer", "replay"]
+__all__ = [
+    "CHECK_GOAL_S",
+    "EXPLORER_GOAL_STATES_PER_CPU_S",
+    "REPLAY_GOAL_EVENTS_PER_S",
+    "REPLAY_MEMORY_TOLERANCE",
+    "explorer",
+    "replay",
+]
 
 REPLAY_GOAL_EVENTS_PER_S = 100_000
 REPLAY_MEMORY_TOLERANCE = 1.10  # "equal" peak memory: the larger trace within 10% of the smaller
+EXPLORER_GOAL_STATES_PER_CPU_S = 28_000  # issue 24: ten times the 2,800 of the run before it
+CHECK_GOAL_S = 4.0  # issue 24: `steploop check` at the CI bound, the whole process
 
 
 def _module(name: str) -> tuple[Any, str | None]:
@@ -177,25 +188,102 @@ def explorer(quick: bool) -> dict[str, Any]:
         )
 
     start = time.perf_counter()
+    cpu0 = time.process_time()
     kwargs: dict[str, Any] = {"rounds": bound, "max_states": max_states}
     if _takes(explore, "on_progress", "progress_every"):
         kwargs.update(on_progress=on_progress, progress_every=20_000)
     report = explore(default(), **kwargs)
+    cpu = time.process_time() - cpu0
     elapsed = time.perf_counter() - start
+    results: dict[str, Any] = {
+        "profile": "default",
+        "rounds_bound": bound,
+        "max_states": max_states,
+        "states": report.states,
+        "transitions": report.transitions,
+        "expanded": report.expanded,
+        "complete": report.complete,
+        "report_ok": report.ok,
+        "elapsed_s": round(elapsed, 2),
+        "cpu_s": round(cpu, 2),
+        "states_per_s": round(report.states / elapsed, 1),
+        "states_per_cpu_s": round(report.states / cpu, 1),
+        "transitions_per_s": round(report.transitions / elapsed, 1),
+        "goal_states_per_cpu_s": EXPLORER_GOAL_STATES_PER_CPU_S,
+        "goal_met": report.states / cpu >= EXPLORER_GOAL_STATES_PER_CPU_S,
+    }
+    if _takes(explore, "workers"):
+        results["two_processes"] = _explorer_two_processes(explore, default(), kwargs, report)
+    if not quick:
+        results["check_process"] = _check_process()
     return {
         "available": True,
         "entry_point": "steploop.reducer.explore.explore",
-        "results": {
-            "profile": "default",
-            "rounds_bound": bound,
-            "max_states": max_states,
-            "states": report.states,
-            "transitions": report.transitions,
-            "expanded": report.expanded,
-            "complete": report.complete,
-            "report_ok": report.ok,
-            "elapsed_s": round(elapsed, 2),
-            "states_per_s": round(report.states / elapsed, 1),
-            "transitions_per_s": round(report.transitions / elapsed, 1),
-        },
+        "results": results,
+    }
+
+
+def _explorer_two_processes(
+    explore: Any, config: Any, kwargs: dict[str, Any], serial: Any
+) -> dict[str, Any]:
+    """The same exploration over two worker processes: wall time, and the CPU time of this
+    process and its children together (the workers are children)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    from steploop.effects.explore_workers import process_workers
+
+    report = explore(config, **{**kwargs, "workers": process_workers(2), "on_progress": None})
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cpu = time.process_time() - cpu0 + children
+    return {
+        "same_counts": (report.states, report.transitions, report.expanded)
+        == (serial.states, serial.transitions, serial.expanded),
+        "elapsed_s": round(elapsed, 2),
+        "cpu_s": round(cpu, 2),
+        "states_per_s": round(report.states / elapsed, 1),
+        "states_per_cpu_s": round(report.states / cpu, 1),
+    }
+
+
+def _check_process() -> dict[str, Any]:
+    """``steploop check`` at the CI bound as a whole process (interpreter start, imports, the
+    exploration, the table), and the import of its module alone; wall seconds and the CPU
+    seconds of the child."""
+    import resource
+    import subprocess
+    import sys
+
+    def run(argv: list[str]) -> tuple[float, float, int]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        return wall, cpu, done.returncode
+
+    imp_wall, imp_cpu, _ = run([sys.executable, "-c", "import steploop.effects.check_cli"])
+    cli = [
+        sys.executable,
+        "-c",
+        "import sys; from steploop.effects.cli import main; sys.exit(main())",
+    ]
+    help_wall, help_cpu, _ = run([*cli, "check", "--help"])
+    wall, cpu, code = run([*cli, "check"])
+    return {
+        "exit_status": code,
+        "elapsed_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "goal_s": CHECK_GOAL_S,
+        "goal_met": wall <= CHECK_GOAL_S,
+        "help_elapsed_s": round(help_wall, 2),
+        "help_cpu_s": round(help_cpu, 2),
+        "import_elapsed_s": round(imp_wall, 2),
+        "import_cpu_s": round(imp_cpu, 2),
     }

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from rich.text import Text
 
 from steploop.effects.cli_common import CliError, config_from, console_for
+from steploop.effects.explore_workers import process_workers
 from steploop.reducer.drive import drive
 from steploop.reducer.effects import Effect
 from steploop.reducer.events import Event
@@ -74,6 +75,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)"
     )
     p.add_argument("--max-states", default="none", metavar="N", help="stop after N states")
+    p.add_argument(
+        "--processes",
+        default="1",
+        metavar="N",
+        help="expand the states in N worker processes; the report is the same (default 1)",
+    )
     p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     p.add_argument(
         "--out",
@@ -155,7 +162,9 @@ class _Events:
         return self.events[self.fed - 1]
 
 
-def _write_cex(cex: Counterexample, out_dir: Path, name: str | None = None) -> tuple[Path, str | None]:
+def _write_cex(
+    cex: Counterexample, out_dir: Path, name: str | None = None
+) -> tuple[Path, str | None]:
     """Write the counterexample as a trace ``steploop replay`` accepts (and its labels, loop
     and explanation as a JSON sidecar).
 
@@ -177,7 +186,9 @@ def _write_cex(cex: Counterexample, out_dir: Path, name: str | None = None) -> t
     world = _Events(cex.trace_events())
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with TraceRecorder(path, config=cex.config, session=cex.session, request=cex.request) as rec:
+        with TraceRecorder(
+            path, config=cex.config, session=cex.session, request=cex.request
+        ) as rec:
 
             def observe(*step: Any) -> None:
                 try:
@@ -294,7 +305,12 @@ def print_report(report: Report, seconds: float, out: TextIO, out_dir: Path) -> 
         why.append(f"{len(report.unexercised)} never exercised")
     if report.errors:
         why.append("step() raised")
-    console.print(Text(verdict + (f": {', '.join(why)}" if why else ""), style="green" if report.ok else "bold red"))
+    console.print(
+        Text(
+            verdict + (f": {', '.join(why)}" if why else ""),
+            style="green" if report.ok else "bold red",
+        )
+    )
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
@@ -302,6 +318,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     rounds = _bound(args.rounds, "--rounds")
     deep_rounds = _bound(args.deep_rounds, "--deep-rounds")
     max_states = _bound(args.max_states, "--max-states")
+    processes = _bound(getattr(args, "processes", "1"), "--processes") or 1
     deep = {"default": DEEP_WORLD, "retries": RETRY_DEEP_WORLD, "off": None}[args.deep]
     cfg = config_from(args.profile, args.set)
     err = sys.stderr
@@ -315,6 +332,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             deep_rounds=deep_rounds,
             max_states=max_states,
             on_progress=bar,
+            workers=process_workers(processes) if processes > 1 else None,
         )
     finally:
         bar.close()

@@ -35,7 +35,7 @@ from steploop.reducer.events import (
     ToolUseSummaryReady,
 )
 from steploop.reducer.messages import TextBlock, ToolUseBlock, Usage
-from tests.effects.test_trace import FIXED, scripted_world
+from tests.effects.trace_kit import FIXED, scripted_world
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL = CallModel(call_id=3, model="m", conversation=Conversation.of(()), max_tokens=100)

@@ -12,7 +12,7 @@ from steploop.effects.trace import TraceRecorder, make_provenance
 from steploop.effects.trace.provenance import redaction_marker
 from steploop.reducer import Request, default, start, step
 from steploop.reducer.events import ToolFinished
-from tests.effects.test_trace import tool_round_events
+from tests.effects.trace_kit import tool_round_events
 
 SECRET = "sk-ant-api03-RESUMED-0123456789"
 

@@ -26,7 +26,7 @@ from steploop.effects.trace import (
 from steploop.effects.trace.provenance import client_secrets, redaction_marker
 from steploop.reducer import Request, default, start, step
 from steploop.reducer.events import InterruptBehavior, ToolFinished, ToolTraits
-from tests.effects.test_trace import tool_round_events
+from tests.effects.trace_kit import tool_round_events
 from tests.support.messages_server import MessagesServer, error_response, text_response
 
 SAFE = ToolTraits(concurrency_safe=True)

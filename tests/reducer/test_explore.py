@@ -262,9 +262,9 @@ def test_a_guard_never_exercised_fails_the_run() -> None:
 @pytest.mark.spec("ABS-3")
 def test_a_step_that_raises_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """specs/ M-5: step() may raise only IllegalEvent, and never on a generated move."""
-    import steploop.reducer.explore.search as explore_module
+    import steploop.reducer.explore.expand as explore_module
 
-    real = advance  # the machine's advance(), which steploop.reducer.explore.search imports and calls
+    real = advance  # the machine's advance(), which steploop.reducer.explore.expand imports and calls
     assert vars(explore_module)["advance"] is real
 
     def flaky(state: Any, event: Any, config: Any) -> Any:

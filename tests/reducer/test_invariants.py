@@ -545,9 +545,9 @@ def test_a_machine_that_accepts_events_after_finish_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The explorer probes every terminal state with an interrupt."""
-    import steploop.reducer.explore.search as explore_module
+    import steploop.reducer.explore.expand as explore_module
 
-    real = advance  # the machine's advance(), which steploop.reducer.explore.search imports and calls
+    real = advance  # the machine's advance(), which steploop.reducer.explore.expand imports and calls
     assert vars(explore_module)["advance"] is real
 
     def lax(state: Any, event: Any, config: Any) -> Any:

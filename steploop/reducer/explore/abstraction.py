@@ -9,9 +9,20 @@ from collections.abc import Hashable
 
 from steploop.reducer.config import QUERY_SOURCES_NO_BLOCKING, LoopConfig
 from steploop.reducer.conversation import Conversation
+from steploop.reducer.explore.memo import ChainMemo
 from steploop.reducer.messages import AssistantMessage
 from steploop.reducer.state import LoopState
 from steploop.reducer.transitions import CollapseDrainRetry
+
+
+def _count_response(n: int, c: Conversation) -> int:
+    """One more segment when ``c`` adds a model response (a new response id)."""
+    prev = c.prev
+    m = c.last
+    if isinstance(m, AssistantMessage) and (prev is None or m.response_id != prev.run_response_id):
+        return n + 1
+    return n
+
 
 # =============================================================================================
 # The abstraction key (ABS-1)
@@ -30,7 +41,7 @@ def abstract_tag(t: object) -> str | None:
 class Abstraction:
     """The canonical abstraction key of rule ABS-1 for one config.
 
-    Holds memo tables keyed by conversation digest (segment counts), so build one per run.
+    Holds a memo table of segment counts per conversation node, so build one per run.
     """
 
     def __init__(self, config: LoopConfig) -> None:
@@ -42,7 +53,7 @@ class Abstraction:
         self.segment_cap = 2 if g.context_collapse else 0
         cap = config.stop_hook_block_cap
         self.blocks_bound = cap if cap is not None else 0
-        self._segments: dict[bytes, int] = {Conversation.empty().digest: 0}
+        self._segments = ChainMemo(0, _count_response)
 
     @staticmethod
     def thresholds_of(config: LoopConfig) -> tuple[int, ...]:
@@ -68,25 +79,7 @@ class Abstraction:
 
     def segments(self, conv: Conversation) -> int:
         """Model responses in the conversation (as ``steploop.reducer.context.segments`` counts them)."""
-        memo = self._segments
-        hit = memo.get(conv.digest)
-        if hit is not None:
-            return hit
-        stack: list[Conversation] = []
-        node: Conversation | None = conv
-        while node is not None and node.digest not in memo:
-            stack.append(node)
-            node = node.prev
-        n = memo[node.digest] if node is not None else 0
-        for c in reversed(stack):
-            prev = c.prev
-            m = c.last
-            if isinstance(m, AssistantMessage) and (
-                prev is None or m.response_id != prev.run_response_id
-            ):
-                n += 1
-            memo[c.digest] = n
-        return n
+        return self._segments.get(conv)
 
     def budget_key(self, s: LoopState) -> tuple[int, ...]:
         cfg = self.config

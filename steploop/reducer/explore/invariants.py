@@ -19,6 +19,7 @@ from steploop.reducer.events import (
     StopHooksFinished,
 )
 from steploop.reducer.explore.abstraction import saturate
+from steploop.reducer.explore.memo import ChainMemo
 from steploop.reducer.explore.observation import Observation, is_api_error
 from steploop.reducer.explore.world import RECOVERABLE
 from steploop.reducer.machine import MOT_NUDGE
@@ -296,30 +297,16 @@ class StopHookCap(Invariant):
 
 
 class _Pairing:
-    """Memoised tool_use / tool_result bookkeeping of conversations (by digest)."""
+    """Memoised tool_use / tool_result bookkeeping of conversations (per node)."""
 
     def __init__(self) -> None:
-        empty = Conversation.empty()
-        self.memo: dict[bytes, tuple[frozenset[str], str | None, bool]] = {
-            empty.digest: (frozenset(), None, False)
-        }
+        self.memo: ChainMemo[tuple[frozenset[str], str | None, bool]] = ChainMemo(
+            (frozenset(), None, False), lambda cur, c: self._add(cur, c.last)
+        )
 
     def state(self, conv: Conversation) -> tuple[frozenset[str], str | None, bool]:
         """(unanswered tool_use ids, first problem, any tool_use seen)."""
-        memo = self.memo
-        hit = memo.get(conv.digest)
-        if hit is not None:
-            return hit
-        stack: list[Conversation] = []
-        node: Conversation | None = conv
-        while node is not None and node.digest not in memo:
-            stack.append(node)
-            node = node.prev
-        cur = memo[node.digest] if node is not None else (frozenset(), None, False)
-        for c in reversed(stack):
-            cur = self._add(cur, c.last)
-            memo[c.digest] = cur
-        return cur
+        return self.memo.get(conv)
 
     @staticmethod
     def _add(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cached_property
-
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.effects import CallModel, Compact, Effect, Emit, Finish, RunStopHooks
@@ -35,10 +33,13 @@ def _appended(old: Conversation, new: Conversation) -> tuple[Message, ...] | Non
         assert node.last is not None
         out.append(node.last)
         node = node.prev
-    if node is None or node != old:
+    if node is None or (node is not old and node != old):  # identity first: no digest needed
         return None
     out.reverse()
     return tuple(out)
+
+
+_UNSET: object = object()
 
 
 def is_api_error(m: object) -> bool:
@@ -77,6 +78,8 @@ class Observation:
         self.effects = effects
         self.next = next_state
         self.transitions = transitions
+        self._appended: object = _UNSET
+        self._round_start_count: int | None = None
         emitted: list[object] = []
         calls: list[CallModel] = []
         compacts: list[Compact] = []
@@ -133,16 +136,32 @@ class Observation:
                 return t
         return None
 
-    @cached_property
+    # the two readings below are computed on demand and kept (a plain attribute, not
+    # functools.cached_property, whose lookup costs more than most readings)
+
+    @property
     def appended(self) -> tuple[Message, ...] | None:
         """Messages this step appended to the conversation (None: it was replaced)."""
-        if self.state is None:
-            return None
-        return _appended(self.state.conversation, self.next.conversation)
+        v = self._appended
+        if v is _UNSET:
+            v = (
+                None
+                if self.state is None
+                else _appended(self.state.conversation, self.next.conversation)
+            )
+            self._appended = v
+        return v  # type: ignore[return-value]
 
-    @cached_property
+    @property
     def round_start_count(self) -> int:
         """The context count the round-start rules compared (auto-compact, blocking)."""
+        v = self._round_start_count
+        if v is None:
+            v = self._round_start()
+            self._round_start_count = v
+        return v
+
+    def _round_start(self) -> int:
         for c in self.compacts:
             if c.trigger == "auto":
                 return c.pre_tokens

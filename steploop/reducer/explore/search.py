@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Final
+from typing import Final, Protocol, TypeAlias
 
 import attrs
 
 from steploop.reducer.config import LoopConfig
-from steploop.reducer.errors import IllegalEvent
-from steploop.reducer.events import Interrupted, ModelCallFailed, ModelResponseEnded
 from steploop.reducer.explore.abstraction import Abstraction
 from steploop.reducer.explore.cycles import Analysis, concrete_path, lasso_cex
+from steploop.reducer.explore.expand import PROBE, Edge, Expander, NodeResult
 from steploop.reducer.explore.invariants import (
     Invariant,
     NoProgressFreeCycle,
-    NothingAfterFinish,
     StopHookCap,
     catalogue,
     check_step,
@@ -27,15 +25,44 @@ from steploop.reducer.explore.invariants import (
 )
 from steploop.reducer.explore.observation import Observation
 from steploop.reducer.explore.report import Counterexample, ExploreProgress, InvariantResult, Report
-from steploop.reducer.explore.state_graph import BLOCKING, PROGRESS, Graph
-from steploop.reducer.explore.world import Move, World, moves
-from steploop.reducer.machine import advance, begin
+from steploop.reducer.explore.state_graph import Graph
+from steploop.reducer.explore.world import Move, World
+from steploop.reducer.machine import begin
 from steploop.reducer.state import LoopState, Request, Session
-from steploop.reducer.transitions import StopHookBlocking
+
+_Checked = tuple[
+    LoopState, Observation, tuple[Hashable, ...], "list[tuple[int, bool, str | None]] | None"
+]
+"""One event's step and checks: (next state, observation, monitors, exercised or broken)."""
 
 DEFAULT_ROUNDS: Final = 3
 """The CI bound: the full alphabet within 3 model calls per path, then the deep tier
 (``steploop check`` and the suite use it; specs/ ABS-3)."""
+
+LAYER_BATCH: Final = 512
+"""The most nodes a parallel search hands its workers at once (specs/ ABS-4)."""
+
+
+class Workers(Protocol):
+    """Who expands a parallel search's nodes (:func:`explore`'s ``workers``): the process pool
+    of :mod:`steploop.effects.explore_workers`, or one of a runtime's own. ``run_layer``
+    expands a batch of one (calls, depth) layer, each node's result then in ``results``;
+    ``node_of`` finds where an edge leads (None: a new node, then ``adopt``-ed)."""
+
+    results: dict[int, NodeResult]
+
+    def run_layer(self, batch: Sequence[tuple[int, tuple[Hashable, ...], int]]) -> None: ...
+
+    def node_of(self, producer_node: int, e: Edge, known: dict[Hashable, int]) -> int | None: ...
+
+    def adopt(self, node: int, producer_node: int, token: int, layer: tuple[int, int]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+WorkersFactory: TypeAlias = Callable[[Expander, tuple[World, ...], int, LoopState], Workers]
+"""Makes the :class:`Workers` of one search: (expander, the two tiers' alphabets, the root
+node, its state)."""
 
 DEFAULT_REQUEST: Final = Request(prompt="Fix the failing test")
 """The explorer's user turn. Pass a request with a ``token_budget`` to explore budget
@@ -80,6 +107,7 @@ def explore(
     max_states: int | None = None,
     on_progress: Callable[[ExploreProgress], None] | None = None,
     progress_every: int = 2_000,
+    workers: WorkersFactory | None = None,
 ) -> Report:
     """Explore every abstract state reachable from ``start(request, config, session)``.
 
@@ -101,6 +129,10 @@ def explore(
         max_states: stop after this many abstract states (the report says it is incomplete).
         on_progress: called with an :class:`ExploreProgress` now and then.
         progress_every: expansions between two progress calls.
+        workers: who expands the nodes besides this search (None: it does, alone); the
+            report is the same either way (ABS-4). The process pool of
+            :func:`steploop.effects.explore_workers.process_workers` is one: the reducer
+            itself starts no process.
 
     Returns:
         The :class:`Report`: counts, per-invariant results with the shortest counterexample
@@ -143,6 +175,20 @@ def explore(
                 if firsts[i] is None:
                     firsts[i] = cex(node, extra, invs[i].id, bad)
 
+    def record_hits(
+        hits: list[tuple[int, bool, str | None]], node: int, extra: Sequence[Move]
+    ) -> None:
+        """:func:`record` for the invariants that were exercised or broken, in catalogue order."""
+        for i, ex, bad in hits:
+            if not applicable[i]:
+                continue
+            if ex:
+                exercised[i] += 1
+            if bad is not None:
+                violations[i] += 1
+                if firsts[i] is None:
+                    firsts[i] = cex(node, extra, invs[i].id, bad)
+
     # the start transition
     s0, fx0, passed0 = begin(request, config, session)
     o0 = Observation(config, None, None, fx0, s0, passed0)
@@ -151,6 +197,18 @@ def explore(
     record(exs0, bads0, root, ())
 
     heap: list[tuple[int, int, int]] = [(g.calls[root], 0, root)]
+    expander = Expander(config, invs, absn)
+    pool = workers(expander, (world, deep_world or world), root, s0) if workers else None
+
+    def layer_batch(
+        calls: int, depth: int, n: int, full: bool
+    ) -> list[tuple[int, tuple[Hashable, ...], int]]:
+        """``n`` and the next nodes of its (calls, depth) layer the search will expand, in
+        the order it pops them (a layer shares its tier and its bound), at most
+        ``LAYER_BATCH`` (a search cut by ``max_states`` wastes no more)."""
+        same = sorted(m for c, d, m in heap if c == calls and d == depth and not g.expanded[m])
+        return [(m, g.mons[m], 0 if full else 1) for m in [n, *same[: LAYER_BATCH - 1]]]
+
     rounds_reached = 0
     cut = False
     expanded = 0
@@ -170,69 +228,61 @@ def explore(
             )
         )
 
-    while heap:
-        calls, depth, n = heapq.heappop(heap)
-        if g.expanded[n]:
-            continue
-        deep = rounds is not None and calls > rounds
-        if deep and (deep_world is None or (deep_rounds is not None and calls > deep_rounds)):
-            cut = True
-            continue
-        if max_states is not None and len(g.rep) >= max_states:
-            cut = True
-            break
-        alphabet = deep_world if deep and deep_world is not None else world
-        g.expanded[n] = True
-        expanded += 1
-        rounds_reached = max(rounds_reached, calls)
-        if on_progress is not None and (calls != layer or expanded % progress_every == 0):
-            layer = calls
-            report_progress(calls, deep)
-        s = g.state(n)
-        g.rep[n] = None  # rebuilt from the path if a counterexample needs it
-        if s.phase == "done":
-            _probe_done(config, invs, g.mons[n], s, n, record)
-            continue
-        mons0 = g.mons[n]
-        for mv in moves(s, config, alphabet):
-            mons = mons0
-            cur = s
-            answers = 0
-            flags = 0
-            new_calls = 0
-            failed = False
-            for ev in mv.events:
-                try:
-                    nxt, fx, passed = advance(cur, ev, config)
-                except Exception as exc:  # specs/ M-5: only IllegalEvent, and never for these
-                    if len(errors) < 20:
-                        errors.append(
-                            cex(n, [mv], "M-5", f"step() raised {type(exc).__name__}: {exc}")
-                        )
-                    failed = True
-                    break
-                o = Observation(config, cur, ev, fx, nxt, passed)
-                mons, exs, bads = check_step(invs, mons, o)
-                if any(exs) or any(b is not None for b in bads):
-                    record(exs, bads, n, [mv])
-                if o.current_call_event and isinstance(ev, (ModelResponseEnded, ModelCallFailed)):
-                    answers += 1
-                if o.progress:
-                    flags |= PROGRESS
-                if isinstance(o.continued, StopHookBlocking):
-                    flags |= BLOCKING
-                new_calls += len(o.calls)
-                cur = nxt
-            transitions += 1
-            if failed:
+    try:
+        while heap:
+            calls, depth, n = heapq.heappop(heap)
+            if g.expanded[n]:
                 continue
-            akey = absn.key(cur)
-            key = akey if cur.phase == "done" else (akey, mons)
-            dst = g.ids.get(key)
-            if dst is None:
-                dst = g.add(key, cur, mons, n, mv, calls + new_calls, depth + 1)
-                heapq.heappush(heap, (calls + new_calls, depth + 1, dst))
-            g.out[n].append((dst, mv.label, answers, flags))
+            deep = rounds is not None and calls > rounds
+            if deep and (deep_world is None or (deep_rounds is not None and calls > deep_rounds)):
+                cut = True
+                continue
+            if max_states is not None and len(g.rep) >= max_states:
+                cut = True
+                break
+            alphabet = deep_world if deep and deep_world is not None else world
+            g.expanded[n] = True
+            expanded += 1
+            rounds_reached = max(rounds_reached, calls)
+            if on_progress is not None and (calls != layer or expanded % progress_every == 0):
+                layer = calls
+                report_progress(calls, deep)
+            if pool is None:
+                s = g.state(n)
+                g.rep[n] = None  # rebuilt from the path if a counterexample needs it
+                result: NodeResult = (
+                    ("done", expander.probe_done(s, g.mons[n]))
+                    if s.phase == "done"
+                    else expander.expand(s, g.mons[n], alphabet)
+                )
+            else:  # the workers expand it (ABS-4: the serial branch above computes the same)
+                if n not in pool.results:
+                    pool.run_layer(layer_batch(calls, depth, n, alphabet is world))
+                result = pool.results.pop(n)
+            if isinstance(result, tuple):
+                if result[1]:
+                    record_hits(result[1], n, [PROBE])
+                continue
+            for e in result:
+                for hits in e.records:
+                    record_hits(hits, n, [e.move] if e.move is not None else [])
+                transitions += 1
+                if e.error is not None:
+                    if len(errors) < 20:
+                        assert e.move is not None
+                        errors.append(cex(n, [e.move], "M-5", e.error))
+                    continue
+                dst = g.ids.get(e.key) if pool is None else pool.node_of(n, e, g.ids)
+                if dst is None:
+                    assert e.move is not None
+                    dst = g.add(e.key, e.state, e.mons, n, e.move, calls + e.calls, depth + 1)
+                    heapq.heappush(heap, (calls + e.calls, depth + 1, dst))
+                    if pool is not None:
+                        pool.adopt(dst, n, e.token, (calls + e.calls, depth + 1))
+                g.out[n].append((dst, e.label, e.answers, e.flags))
+    finally:
+        if pool is not None:
+            pool.close()
     complete = not cut and not heap
     if on_progress is not None:
         report_progress(rounds_reached, rounds is not None and rounds_reached > rounds)
@@ -297,27 +347,3 @@ def explore(
         longest_progress_free=longest,
         longest_progress_free_witness=witness,
     )
-
-
-def _probe_done(
-    config: LoopConfig,
-    invs: Sequence[Invariant],
-    mons: tuple[Hashable, ...],
-    s: LoopState,
-    n: int,
-    record: Callable[[Iterable[bool], Iterable[str | None], int, Sequence[Move]], None],
-) -> None:
-    """INV-12: after Finish, step() must refuse even an interrupt (legal in every other phase)."""
-    probe = Interrupted(kind="hard")
-    try:
-        nxt, fx, passed = advance(s, probe, config)
-    except IllegalEvent:
-        return
-    o = Observation(config, s, probe, fx, nxt, passed)
-    exs = [False] * len(invs)
-    bads: list[str | None] = [None] * len(invs)
-    for i, inv in enumerate(invs):
-        if isinstance(inv, NothingAfterFinish):
-            _, exs[i], bads[i] = inv.check(mons[i], o)
-            bads[i] = bads[i] or "step() accepted an event after Finish"
-    record(exs, bads, n, [Move("probe:after_finish", (probe,))])

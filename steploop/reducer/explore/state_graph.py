@@ -18,8 +18,9 @@ BLOCKING: Final = 2
 class Graph:
     """Nodes (abstract states, one concrete representative each) and labelled edges.
 
-    A representative is dropped once its node is expanded (memory); :meth:`state` rebuilds it
-    from the path, which is why every node keeps the move that first reached it.
+    A representative is dropped once its node is expanded (memory), and a parallel search
+    keeps it in the worker that reached it (None here); :meth:`state` rebuilds it from the
+    path, which is why every node keeps the move that first reached it.
     """
 
     def __init__(self, config: LoopConfig, request: Request, session: Session | None) -> None:
@@ -40,7 +41,7 @@ class Graph:
     def add(
         self,
         key: Hashable,
-        s: LoopState,
+        s: LoopState | None,
         mons: tuple[Hashable, ...],
         parent: int,
         via: Move | None,
