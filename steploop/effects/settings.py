@@ -131,26 +131,33 @@ def load_settings(
     return out
 
 
-def _read(path: Path) -> Any:
+def read_json_file(path: Path, error: type[Exception], what: str) -> Any:
+    """The JSON value of a configuration file, or ``error`` with one line naming the file and
+    what is wrong (a directory, missing, unreadable, not UTF-8, not JSON); ``what`` names the
+    kind of file ("a settings file")."""
     where = str(path)
     if path.is_dir():
-        raise SettingsError(f"{where}: is a directory, not a settings file")
+        raise error(f"{where}: is a directory, not {what}")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise SettingsError(f"{where}: no such file") from None
+        raise error(f"{where}: no such file") from None
     except OSError as e:
-        raise SettingsError(f"{where}: cannot read: {e.strerror or e}") from None
+        raise error(f"{where}: cannot read: {e.strerror or e}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SettingsError(f"{where}: not UTF-8 text (byte {e.start})") from None
+        raise error(f"{where}: not UTF-8 text (byte {e.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise SettingsError(f"{where}:{e.lineno}: not valid JSON: {e.msg}") from None
+        raise error(f"{where}:{e.lineno}: not valid JSON: {e.msg}") from None
     except (RecursionError, ValueError) as e:
-        raise SettingsError(f"{where}: not valid JSON: {type(e).__name__}") from None
+        raise error(f"{where}: not valid JSON: {type(e).__name__}") from None
+
+
+def _read(path: Path) -> Any:
+    return read_json_file(path, SettingsError, "a settings file")
 
 
 def _load_one(path: Path, plugin_root: str | None) -> HookSettings:
@@ -160,7 +167,9 @@ def _load_one(path: Path, plugin_root: str | None) -> HookSettings:
         raise SettingsError(f"{where}: expected a JSON object, got {_kind(data)}")
     disabled = data.get("disableAllHooks", False)
     if not isinstance(disabled, bool):
-        raise SettingsError(f"{where}: disableAllHooks: expected true or false, got {_kind(disabled)}")
+        raise SettingsError(
+            f"{where}: disableAllHooks: expected true or false, got {_kind(disabled)}"
+        )
     events = data.get("hooks", {})
     if not isinstance(events, dict):
         raise SettingsError(f"{where}: hooks: expected an object of events, got {_kind(events)}")
@@ -169,22 +178,30 @@ def _load_one(path: Path, plugin_root: str | None) -> HookSettings:
     for event, groups in events.items():
         at = f"hooks.{event}"
         if not isinstance(groups, list):
-            raise SettingsError(f"{where}: {at}: expected a list of matcher groups, got {_kind(groups)}")
+            raise SettingsError(
+                f"{where}: {at}: expected a list of matcher groups, got {_kind(groups)}"
+            )
         for gi, group in enumerate(groups):
             gat = f"{at}[{gi}]"
             if not isinstance(group, dict):
                 raise SettingsError(f"{where}: {gat}: expected an object, got {_kind(group)}")
             matcher = group.get("matcher")
             if matcher is not None and not isinstance(matcher, str):
-                raise SettingsError(f"{where}: {gat}.matcher: expected a string, got {_kind(matcher)}")
+                raise SettingsError(
+                    f"{where}: {gat}.matcher: expected a string, got {_kind(matcher)}"
+                )
             if event == "SubagentStop" and matcher not in (None, "", "*"):
                 try:
                     re.compile(str(matcher))
                 except re.error as e:
-                    raise SettingsError(f"{where}: {gat}.matcher: not a regular expression: {e}") from None
+                    raise SettingsError(
+                        f"{where}: {gat}.matcher: not a regular expression: {e}"
+                    ) from None
             handlers = group.get("hooks")
             if not isinstance(handlers, list):
-                raise SettingsError(f"{where}: {gat}.hooks: expected a list of handlers, got {_kind(handlers)}")
+                raise SettingsError(
+                    f"{where}: {gat}.hooks: expected a list of handlers, got {_kind(handlers)}"
+                )
             for hi, handler in enumerate(handlers):
                 hook = _handler(where, f"{gat}.hooks[{hi}]", event, matcher, handler, plugin_root)
                 if isinstance(hook, str):
@@ -197,7 +214,9 @@ def _load_one(path: Path, plugin_root: str | None) -> HookSettings:
         if _key(h) not in seen:
             seen.add(_key(h))
             deduped.append(h)
-    return HookSettings(hooks=tuple(deduped), files=(where,), skipped=tuple(skipped), disabled=disabled)
+    return HookSettings(
+        hooks=tuple(deduped), files=(where,), skipped=tuple(skipped), disabled=disabled
+    )
 
 
 def _handler(
@@ -207,14 +226,22 @@ def _handler(
         raise SettingsError(f"{where}: {at}: expected an object, got {_kind(handler)}")
     kind = handler.get("type")
     if kind not in _HANDLER_TYPES:
-        raise SettingsError(f"{where}: {at}.type: expected one of {', '.join(map(repr, _HANDLER_TYPES))}, got {kind!r}"[:300])
+        raise SettingsError(
+            f"{where}: {at}.type: expected one of {', '.join(map(repr, _HANDLER_TYPES))}, got {kind!r}"[
+                :300
+            ]
+        )
     timeout = handler.get("timeout", COMMAND_HOOK_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise SettingsError(f"{where}: {at}.timeout: expected a positive number of seconds, got {timeout!r}"[:300])
+        raise SettingsError(
+            f"{where}: {at}.timeout: expected a positive number of seconds, got {timeout!r}"[:300]
+        )
     if kind == "command":
         command = handler.get("command")
         if not isinstance(command, str) or not command.strip():
-            raise SettingsError(f"{where}: {at}.command: expected a non-empty string, got {_kind(command)}")
+            raise SettingsError(
+                f"{where}: {at}.command: expected a non-empty string, got {_kind(command)}"
+            )
     if event not in _STOP_EVENTS:
         return None  # a valid handler for an event steploop does not have
     if kind != "command":

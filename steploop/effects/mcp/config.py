@@ -22,7 +22,6 @@ Nothing here imports the ``mcp`` SDK: configurations are read without the ``[mcp
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -31,6 +30,7 @@ from typing import Any, Literal
 
 import attrs
 
+from steploop.effects.settings import read_json_file
 from steploop.reducer.errors import SteploopError
 
 __all__ = [
@@ -182,12 +182,11 @@ def _one(name: str, raw: object, where: str, environ: Mapping[str, str]) -> McpS
     elif kind == "sse":
         raise McpConfigError(
             f"{at}.type: SSE servers are not supported (the transport is deprecated); "
-            "use a streamable HTTP server (type \"http\")"
+            'use a streamable HTTP server (type "http")'
         )
     else:
         raise McpConfigError(
-            f"{at}.type: expected \"stdio\" (with a command) or \"http\" (with a url), got "
-            f"{kind!r:.40}"
+            f'{at}.type: expected "stdio" (with a command) or "http" (with a url), got {kind!r:.40}'
         )
     extra = sorted(set(raw) - _KEYS[transport])
     if extra:
@@ -249,25 +248,7 @@ def parse_mcp_servers(
 
 
 def _read(path: Path) -> Any:
-    where = str(path)
-    if path.is_dir():
-        raise McpConfigError(f"{where}: is a directory, not an MCP configuration")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise McpConfigError(f"{where}: no such file") from None
-    except OSError as e:
-        raise McpConfigError(f"{where}: cannot read: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise McpConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise McpConfigError(f"{where}:{e.lineno}: not valid JSON: {e.msg}") from None
-    except (RecursionError, ValueError) as e:
-        raise McpConfigError(f"{where}: not valid JSON: {type(e).__name__}") from None
+    return read_json_file(path, McpConfigError, "an MCP configuration")
 
 
 def load_mcp_config(
