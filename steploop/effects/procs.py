@@ -85,6 +85,8 @@ _LAUNCH: Final = (
 _CLOSE_GRACE_S: Final = 10.0
 #: How long a supervisor may take to start the command and say so.
 _START_TIMEOUT_S: Final = 60.0
+#: How often the start wakes a supervisor that has said nothing yet (see open_process_tree).
+_START_POLL_S: Final = 0.2
 
 
 def _mechanism() -> Literal["subreaper", "process-group"]:
@@ -310,10 +312,7 @@ class ProcessTree(anyio.abc.Process):
                 os.killpg(self._pid, signal.SIGKILL)
             return
         supervisor = self._process.pid
-        send = getattr(signal, "pidfd_send_signal", None)
-        if self._pidfd >= 0 and send is not None:
-            with contextlib.suppress(OSError):
-                send(self._pidfd, signal.SIGCONT)  # a command may have stopped it
+        self._wake()
         with contextlib.suppress(OSError):
             ctl.send(b"kill\n")
         with anyio.move_on_after(_CLOSE_GRACE_S):
@@ -348,6 +347,14 @@ class ProcessTree(anyio.abc.Process):
             "it, and the processes of its session and of the command's process group were "
             "killed, but a process that had left the session (setsid, a daemon) may still run"
         )
+
+    def _wake(self) -> None:
+        """SIGCONT the supervisor (through its pidfd): the command can find it (its session
+        id is the supervisor's pid) and stop it, even before it has said the command's pid."""
+        send = getattr(signal, "pidfd_send_signal", None)
+        if self._pidfd >= 0 and send is not None:
+            with contextlib.suppress(OSError):
+                send(self._pidfd, signal.SIGCONT)
 
     # -- the control socket -----------------------------------------------------------
 
@@ -453,7 +460,14 @@ async def open_process_tree(
     try:
         with anyio.fail_after(_START_TIMEOUT_S):
             while True:
-                words = await tree._message()
+                words: list[str] | None = []
+                with anyio.move_on_after(_START_POLL_S):
+                    words = await tree._message()
+                if words == []:
+                    # Nothing yet: the command may have stopped the supervisor between its
+                    # exec and the supervisor's "pid" (a race a loaded machine loses).
+                    tree._wake()
+                    continue
                 if words is None:
                     raise OSError(
                         errno.ECHILD, "the process supervisor ended before the command started"

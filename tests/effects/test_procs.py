@@ -407,3 +407,33 @@ async def test_a_stopped_supervisor_is_woken_to_kill_its_tree(
     pids = read_pids(tmp_path, ["b.pid"])
     reap_survivors.extend(pids)
     assert wait_gone(pids) == []
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_a_supervisor_stopped_before_it_says_the_pid_is_woken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command can stop its supervisor before the supervisor has said the command's pid
+    (a race a loaded machine loses: CI saw it): the start wakes it instead of waiting out
+    its whole start timeout. Here the supervisor is stopped as soon as it exists, before
+    its Python has started, so the race is lost every time."""
+    import anyio
+
+    from steploop.effects import procs
+
+    real_open = anyio.open_process
+
+    async def open_then_stop(*args: object, **kwargs: object) -> object:
+        process = await real_open(*args, **kwargs)  # type: ignore[arg-type]
+        os.kill(process.pid, signal.SIGSTOP)
+        return process
+
+    monkeypatch.setattr(anyio, "open_process", open_then_stop)
+    monkeypatch.setattr(procs, "_START_TIMEOUT_S", 10.0)  # the failure, without the fix
+    tree = await open_process_tree(["/bin/sh", "-c", "echo $$ > c.pid"], cwd=tmp_path)
+    try:
+        assert tree.pid == read_pids(tmp_path, ["c.pid"])[0]
+        assert await tree.wait() == 0
+    finally:
+        await tree.aclose()
