@@ -85,8 +85,8 @@ _LAUNCH: Final = (
 _CLOSE_GRACE_S: Final = 10.0
 #: How long a supervisor may take to start the command and say so.
 _START_TIMEOUT_S: Final = 60.0
-#: How often the start wakes a supervisor that has said nothing yet (see open_process_tree).
-_START_POLL_S: Final = 0.2
+#: How often a supervisor that says nothing is woken (SIGCONT: a command may have stopped it).
+_WAKE_EVERY_S: Final = 0.2
 
 
 def _mechanism() -> Literal["subreaper", "process-group"]:
@@ -271,7 +271,7 @@ class ProcessTree(anyio.abc.Process):
         if self._ctl is None:
             return await self._process.wait()
         while self._returncode is None:
-            words = await self._message()
+            words = await self._heard()
             if words is None:  # the supervisor ended without a word about the command
                 code = await self._process.wait()
                 if code != 0:  # killed (a supervisor ends with 0): the command died with it
@@ -350,13 +350,23 @@ class ProcessTree(anyio.abc.Process):
 
     def _wake(self) -> None:
         """SIGCONT the supervisor (through its pidfd): the command can find it (its session
-        id is the supervisor's pid) and stop it, even before it has said the command's pid."""
+        id is the supervisor's pid) and stop it."""
         send = getattr(signal, "pidfd_send_signal", None)
         if self._pidfd >= 0 and send is not None:
             with contextlib.suppress(OSError):
                 send(self._pidfd, signal.SIGCONT)
 
     # -- the control socket -----------------------------------------------------------
+
+    async def _heard(self) -> list[str] | None:
+        """The next message (:meth:`_message`), waking the supervisor each
+        ``_WAKE_EVERY_S`` it says nothing: the command can stop it (SIGSTOP) before it has
+        said the command's pid (a race a loaded machine loses) or before it can say the
+        command's status, which would otherwise wait for the call's timeout."""
+        while True:
+            with anyio.move_on_after(_WAKE_EVERY_S):
+                return await self._message()
+            self._wake()
 
     async def _message(self, block: bool = True) -> list[str] | None:
         """The next message from the supervisor as words; None at the end of file."""
@@ -460,14 +470,7 @@ async def open_process_tree(
     try:
         with anyio.fail_after(_START_TIMEOUT_S):
             while True:
-                words: list[str] | None = []
-                with anyio.move_on_after(_START_POLL_S):
-                    words = await tree._message()
-                if words == []:
-                    # Nothing yet: the command may have stopped the supervisor between its
-                    # exec and the supervisor's "pid" (a race a loaded machine loses).
-                    tree._wake()
-                    continue
+                words = await tree._heard()
                 if words is None:
                     raise OSError(
                         errno.ECHILD, "the process supervisor ended before the command started"

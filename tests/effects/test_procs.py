@@ -437,3 +437,17 @@ async def test_a_supervisor_stopped_before_it_says_the_pid_is_woken(
         assert await tree.wait() == 0
     finally:
         await tree.aclose()
+
+
+@pytest.mark.spec("E-PROC-3")
+@pytest.mark.anyio
+async def test_a_command_that_stops_its_supervisor_and_ends_is_not_a_timeout(
+    tmp_path: Path,
+) -> None:
+    """A stopped supervisor cannot say the command's status: the call waited for its timeout
+    and reported one, though the command had ended at once. It is woken, and the call ends
+    with the command."""
+    bash = Bash(workspace=tmp_path, timeout_s=10.0)
+    command = "kill -STOP $(cut -d ' ' -f 6 /proc/$$/stat); echo done"
+    out = await bash.call({"command": command}, ctx(tmp_path))
+    assert out == ToolOutput(content="done\n")
