@@ -311,7 +311,7 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         stop_hooks_from_args,
     )
     from steploop.effects.redaction import client_secrets
-    from steploop.effects.tools import ToolRegistry, builtin_tools
+    from steploop.effects.tools import Read, ToolRegistry, builtin_tools
     from steploop.effects.trace.resume import check_resumable
 
     # read the trace before anything else: a bad trace is the first thing to report; nothing
@@ -327,6 +327,9 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     policy, mode = permission_setup(args)
     redactor = Redactor()
     display = Display(out, redactor, first_round=point.rounds)
+    read = registry.get("Read")
+    # E-STALE-2: the files the killed run's model read, read again (as Claude Code's resume)
+    restored = read.restore(point.messages()) if isinstance(read, Read) else 0
     hooks, notes = stop_hooks_from_args(args, workspace, mode, on_report=display.hook_report)
     client: Any = None
     model: Any
@@ -353,6 +356,8 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
             else ""
         )
         display.line(f"resuming {point.path} after step {point.last_step}{cut}{used}")
+        if restored:
+            display.line(f"  read again: {restored} file(s) the model had read (Edit and Write accept them)")
         for ev in rs.synthesized:
             display.line(f"  settled: {describe_effect(ev, 160)}")
         for e in rs.reissued:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
 
 from steploop.effects.tools.base import ToolContext, ToolOutput
-from steploop.effects.tools.confine import Walker, check_links
+from steploop.effects.tools.confine import Refused, Walker, check_links
 from steploop.effects.tools.fileio import (
     Basis,
     Guard,
@@ -27,6 +27,13 @@ from steploop.effects.tools.fileio import (
     split_lines,
 )
 from steploop.reducer.events import InterruptBehavior
+from steploop.reducer.messages import (
+    AssistantMessage,
+    Message,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
 
 __all__ = ["Edit", "Read", "Write"]
 
@@ -66,35 +73,64 @@ class Read(WorkspaceTool):
         return True
 
     async def call(self, input: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await guarded(lambda guard: self._read(input))
+
+    def remember(self, input: Mapping[str, Any]) -> bool:
+        """Read the file of a Read call made earlier (an input the model gave) again, now, and
+        record it as seen, as the call did (E-STALE-1); nothing is returned to anyone. False
+        when it cannot be read now (gone, a directory, outside the workspace, too large, not
+        text, the input malformed)."""
+        try:
+            return not self._read(input).is_error
+        except (ToolError, Refused, OSError, ValueError, TypeError, KeyError):
+            return False
+
+    def restore(self, messages: Iterable[Message]) -> int:
+        """What the model had read, when a session goes on in another process (a resumed
+        trace, a session continued from its history): every Read call of ``messages`` that
+        succeeded, by this tool's name, is read again now (:meth:`remember`), so Edit and
+        Write accept the files the model read before. Claude Code does the same when it
+        resumes a session: it reads again the files its Read tool read (and a path that has
+        become a directory crashed its resume, anthropics/claude-code#41470; here it is
+        skipped). Returns the number of files read again."""
+        calls: dict[str, Mapping[str, Any]] = {}
+        restored = 0
+        for message in messages:
+            if not isinstance(message, (UserMessage, AssistantMessage)):
+                continue
+            for block in message.content:
+                if isinstance(block, ToolUseBlock) and block.name == self.name:
+                    calls[block.id] = block.input
+                elif isinstance(block, ToolResultBlock) and not block.is_error:
+                    call = calls.pop(block.tool_use_id, None)
+                    if call is not None and self.remember(call):
+                        restored += 1
+        return restored
+
+    def _read(self, input: Mapping[str, Any]) -> ToolOutput:
         raw = str(input["file_path"])
         offset = int(input.get("offset", 1))
         limit = input.get("limit")
         partial = "offset" in input or limit is not None
-
-        def work(guard: Guard) -> ToolOutput:
-            with Walker(self.workspace, raw) as walker:
-                name = walker.walk(walker.split(raw))
-                if name is None:
-                    raise ToolError(f"Path is a directory, not a file: {raw}")
-                data, st = open_regular(
-                    walker, name, raw, self.max_file_bytes, self.allow_hard_links
-                )
-                key = walker.display(name)
-            text = decode(data, raw)
-            lines = split_lines(text)
-            if not lines:
-                self.read_state.record(key, st, data, partial=partial)
-                return ToolOutput(content=f"(file is empty: {raw})")
-            if offset > len(lines):
-                raise ToolError(
-                    f"offset {offset} is past the end of the file ({len(lines)} lines): {raw}"
-                )
-            end = len(lines) if limit is None else min(len(lines), offset - 1 + int(limit))
-            numbered = (f"{n:>6}\t{lines[n - 1]}" for n in range(offset, end + 1))
+        with Walker(self.workspace, raw) as walker:
+            name = walker.walk(walker.split(raw))
+            if name is None:
+                raise ToolError(f"Path is a directory, not a file: {raw}")
+            data, st = open_regular(walker, name, raw, self.max_file_bytes, self.allow_hard_links)
+            key = walker.display(name)
+        text = decode(data, raw)
+        lines = split_lines(text)
+        if not lines:
             self.read_state.record(key, st, data, partial=partial)
-            return ToolOutput(content="\n".join(numbered))
-
-        return await guarded(work)
+            return ToolOutput(content=f"(file is empty: {raw})")
+        if offset > len(lines):
+            raise ToolError(
+                f"offset {offset} is past the end of the file ({len(lines)} lines): {raw}"
+            )
+        end = len(lines) if limit is None else min(len(lines), offset - 1 + int(limit))
+        numbered = (f"{n:>6}\t{lines[n - 1]}" for n in range(offset, end + 1))
+        self.read_state.record(key, st, data, partial=partial)
+        return ToolOutput(content="\n".join(numbered))
 
 
 @attrs.frozen(kw_only=True)

@@ -28,6 +28,7 @@ from steploop.reducer.events import (
     ModelResponseEnded,
 )
 from steploop.reducer.machine import advance
+from steploop.reducer.messages import Message
 from steploop.reducer.protocol import Ledger, answers, awaiting, opens
 from steploop.reducer.transitions import CONTINUE_TYPES, TERMINAL_TYPES, Terminal, Transition
 
@@ -57,6 +58,18 @@ class ResumePoint:
     rounds: int = 1
     """The round the prefix ended in: 1 + the Continues it passed (as ``steploop show``
     counts them)."""
+
+    def messages(self) -> list[Message]:
+        """The messages of the prefix: the conversation, then the round in flight (its
+        answers, its tool results already emitted)."""
+        if self.state is None:
+            return []
+        r = self.state.round
+        return [
+            *self.state.conversation,
+            *r.blocks,
+            *(sl.message for sl in r.slots if sl.message is not None),
+        ]
 
 
 def prepare_resume(path: str | os.PathLike[str]) -> ResumePoint:
