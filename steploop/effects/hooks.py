@@ -392,7 +392,7 @@ def _parse_json_object(text: str) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     return value if isinstance(value, dict) else None
 

@@ -275,7 +275,7 @@ def child_traces(parent_trace: str | Path) -> SubagentLinks:
             try:
                 child_prov = json.loads(line or b"").get("provenance") or {}
                 tid = child_prov.get("parent_tool_use_id")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 warnings.append(f"{path}: not a trace (its header cannot be read), skipped")
                 continue
             if isinstance(tid, str) and tid in ids:
@@ -315,7 +315,7 @@ def _imported_children(
             child_prov = json.loads(line).get("provenance") or {}
             tid = child_prov.get("parent_tool_use_id")
             same = child_prov.get("parent_session") == session
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             warnings.append(f"{path}: not a trace (its header cannot be read), skipped")
             continue
         if same and isinstance(tid, str) and tid in ids:

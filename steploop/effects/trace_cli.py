@@ -100,7 +100,7 @@ def claude_code_transcript(path: str | os.PathLike[str]) -> bool:
     line = head.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0].strip()
     try:
         obj = json.loads(line)
-    except ValueError:  # a first line longer than what was read, or not JSON
+    except (ValueError, RecursionError):  # a first line longer than what was read, not JSON
         return line.startswith(b'{"') and any(b'"%s":' % k.encode() in line for k in _CLAUDE_CODE_KEYS)
     if not isinstance(obj, dict) or "record" in obj:
         return False

@@ -732,7 +732,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

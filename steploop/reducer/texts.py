@@ -146,7 +146,7 @@ def _object(text: str | None) -> dict[str, object]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -218,8 +218,9 @@ async def test_non_streaming_malformed_body_is_an_event(
         OpaqueBlock(block_type="text", raw='{"type":"text","text":null,"note":1}')
     ]
 
-    server.enqueue(Body('{"id": "m", "content": 3}'), Body("<html>bad gateway</html>"))
-    for expected in ("no content list", "malformed message body"):
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000  # past json's depth: a RecursionError
+    server.enqueue(Body('{"id": "m", "content": 3}'), Body("<html>bad gateway</html>"), Body(deep))
+    for expected in ("no content list", "malformed message body", "malformed message body"):
         events = await collect(client(sdk), call(PROMPT, streaming=False))
         assert len(events) == 1 and isinstance(events[0], ModelCallFailed)
         assert events[0].kind == "stream_broken" and expected in events[0].message

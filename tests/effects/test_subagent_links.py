@@ -177,6 +177,9 @@ def test_a_missing_or_corrupt_child_is_a_warning(
     bad.write_text("\x00junk", encoding="utf-8")  # not even a header: skipped, said so
     (warning,) = [w for w in child_traces(parent).warnings if str(bad) in w]
     assert warning == f"{bad}: not a trace (its header cannot be read), skipped"
+    bad.write_text('{"a":' * 100_000 + "}" * 100_000, encoding="utf-8")  # E-JSON-1: too deep
+    (warning,) = [w for w in child_traces(parent).warnings if str(bad) in w]
+    assert warning == f"{bad}: not a trace (its header cannot be read), skipped"
 
 
 @pytest.mark.spec("E-AGENT-6")

@@ -193,7 +193,7 @@ def scan_links(path: Path) -> ParentLinks | None:
                     continue
                 try:
                     obj = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(obj, dict) and isinstance(obj.get("type"), str):
                     links.note(obj, obj["type"], line_no, None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -423,6 +424,16 @@ def _index(src: SourceFile, f: Any) -> None:
                 )
             else:
                 src.problem(ln, f"{_json_error(e)}; skipped")
+            continue
+        except (RecursionError, ValueError) as e:  # nested too deep, an integer too long
+            why = (
+                "nested too deep"
+                if isinstance(e, RecursionError)
+                else f"an integer of more than {sys.get_int_max_str_digits()} digits"
+                if "digits" in str(e)
+                else str(e)
+            )
+            src.problem(ln, f"not valid JSON ({why}); skipped")
             continue
         if not isinstance(obj, dict):
             src.problem(ln, f"a record must be a JSON object, got {type(obj).__name__}; skipped")

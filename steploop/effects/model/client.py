@@ -342,7 +342,7 @@ class AnthropicModelClient:
             return [self._failed(call_id, exc, started=False)]
         try:
             body = json.loads(data)
-        except ValueError as exc:  # not JSON (a proxy's page, a cut body)
+        except (ValueError, RecursionError) as exc:  # not JSON (a proxy's page, a cut body)
             return [self._broken(call_id, f"malformed message body: {exc}")]
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, list):

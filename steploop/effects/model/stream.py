@@ -420,10 +420,10 @@ def decode_event(event: str | None, data: str) -> tuple[str, dict[str, Any], str
         payload, end = _raw_decode(data)
         if end != len(data):
             raise ValueError(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             payload = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             return event or "", {}, f"malformed {event or 'event'} data: {exc}"
     if not isinstance(payload, dict):
         return event or "", {}, f"malformed {event or 'event'} data: not an object"
