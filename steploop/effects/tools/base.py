@@ -28,6 +28,7 @@ from jsonschema.exceptions import (  # type: ignore[import-untyped, unused-ignor
     best_match,
 )
 
+from steploop.effects.tools.schema import InputValidator
 from steploop.effects.tools.watchdog import Guarded, StepOverrun, fired, run_isolated, watch
 from steploop.reducer.events import HookEvent, InterruptBehavior, ToolTraits
 
@@ -200,7 +201,7 @@ class ToolRegistry:
                 f"tool {name!r} has an invalid input_schema: {_one_line(str(exc.message))}"
             )
         self._tools[name] = tool
-        self._validators[name] = Draft202012Validator(schema)
+        self._validators[name] = InputValidator(schema)
         return None
 
     def set_group(self, group: str, tools: Iterable[Tool]) -> tuple[str, ...]:

@@ -123,3 +123,31 @@ def compile_regex(pattern: str, *, ignore_case: bool = False, multiline: bool = 
     except re2.error as prefixed:
         raise _explain(pattern, _reason(pattern, options, prefixed)) from None
     return Regex(pattern, multiline, compiled)
+
+
+_UNSEEN: Final = object()
+#: Compiled schema patterns (None: RE2 refused it); cleared when it reaches this size.
+_SCHEMA_PATTERNS: dict[str, Any] = {}
+_MAX_SCHEMA_PATTERNS: Final = 4096
+
+
+def schema_pattern_search(pattern: str, text: str) -> bool | None:
+    """Whether JSON Schema ``pattern`` matches somewhere in ``text`` (``re.search``), in time
+    linear in the text (RE2); None when RE2 will not take the pattern (look-around,
+    backreferences: the ECMA-262 features RE2 leaves out), which the caller then does not
+    check. ``^`` and ``$`` anchor at the ends of the text and ``.`` does not match a line
+    break, as in ECMA-262 (Python's ``$`` also matches before a final line break)."""
+    compiled = _SCHEMA_PATTERNS.get(pattern, _UNSEEN)
+    if compiled is _UNSEEN:
+        options = re2.Options()
+        options.log_errors = False
+        try:
+            compiled = re2.compile(pattern.encode("utf-8", "surrogatepass"), options)
+        except Exception:  # re2.error, or a pattern past RE2's memory bound
+            compiled = None
+        if len(_SCHEMA_PATTERNS) >= _MAX_SCHEMA_PATTERNS:
+            _SCHEMA_PATTERNS.clear()
+        _SCHEMA_PATTERNS[pattern] = compiled
+    if compiled is None:
+        return None
+    return compiled.search(text.encode("utf-8", "surrogatepass")) is not None
