@@ -415,6 +415,31 @@ def test_a_turn_cut_off_waiting_for_the_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.spec("IMP-22")
+def test_a_cut_after_a_tools_hook_progress_is_a_cut(tmp_path: Path) -> None:
+    """Claude Code 2.1.x chains a tool's hook progress records into the session; a transcript
+    cut right after one (a killed session, or a file's first lines) has no later turn: the
+    turn is reproduced up to the cut, not diverged as if the session had gone on (seen on a
+    2.1.20 transcript whose last record was a PostToolUse hook_progress)."""
+    read = {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/a"}}
+    other = {"type": "tool_use", "id": "t2", "name": "Read", "input": {"file_path": "/b"}}
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": "a"}]
+    progress = {"type": "hook_progress", "hookEvent": "PostToolUse", "hookName": "PostToolUse:Read", "command": "h"}
+    path = _write(
+        tmp_path,
+        [
+            _user("u1", None, "read a and b"),
+            _assistant("a1", "u1", "m1", read),
+            _assistant("a2", "a1", "m1", other),
+            _user("r1", "a2", result, toolUseResult={"type": "text"}, sourceToolAssistantUUID="a1"),
+            _rec("progress", "p1", "r1", data=progress, toolUseID="t1", parentToolUseID="t1"),
+        ],
+    )  # fmt: skip
+    (turn,) = import_file(path, None, name="s1.jsonl").turns
+    assert (turn.verdict, turn.divergence) == ("reproduced-to-cut", None)
+    assert turn.cut is not None and "waiting for Read t2" in turn.cut
+
+
+@pytest.mark.spec("IMP-22")
 def test_a_turn_cut_off_mid_tool_is_reproduced_up_to_the_cut(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

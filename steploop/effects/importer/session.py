@@ -345,12 +345,16 @@ def _import_thread(
     turn_no = 0
     attachments = src.counts.get("attachment", 0) > 0
     thread_name = th.name
-    last_line = src.index.line[th.rows[-1]]
     # a branch's turns before its first record of its own are another thread's (IMP-23)
     own_line = src.index.line[th.rows[th.own_from]] if th.own_from < len(th.rows) else 0
     roots = [c.root for c in th.chains]
-    for seg in segments(src, th):
-        more = seg.items[-1].line < last_line  # the transcript goes on after this segment
+    cut_into = segments(src, th)
+    following = next(cut_into, None)
+    while following is not None:
+        seg, following = following, next(cut_into, None)
+        # IMP-22: the transcript goes on after this segment when another one follows; records
+        # that make none (a tool's hook progress written after its result) are no sign of it
+        more = following is not None
         _mark_queue(seg, queue)
         if seg.kind == "history":
             conv = _extend(conv, seg.items)
