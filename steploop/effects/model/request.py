@@ -238,7 +238,8 @@ def with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             block = content[i]
             # The API refuses cache_control on thinking blocks; an opaque block is sent as
             # it came, so it is never marked either.
-            if block.get("type") in _CACHEABLE:
+            kind = block.get("type") if isinstance(block, dict) else None  # opaque: anything
+            if isinstance(kind, str) and kind in _CACHEABLE:
                 marked = list(content)
                 marked[i] = {**block, "cache_control": dict(EPHEMERAL)}
                 messages[-1] = {"role": latest["role"], "content": marked}

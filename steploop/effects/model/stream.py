@@ -173,7 +173,8 @@ def _fold_delta(block: dict[str, Any], delta: dict[str, Any]) -> None:
     string extends a string the block already holds when the delta kind is not one that sets
     (a delta kind this client does not know is taken as the text deltas are: appended). No
     field the stream sent is lost, so the block goes back to the API as it was received."""
-    sets = delta.get("type") in _SET_BY_DELTA
+    kind = delta.get("type")
+    sets = isinstance(kind, str) and kind in _SET_BY_DELTA
     for field, value in delta.items():
         if field == "type":
             continue
@@ -182,6 +183,13 @@ def _fold_delta(block: dict[str, Any], delta: dict[str, Any]) -> None:
             block[field] = held + value
         else:
             block[field] = value
+
+
+def _index(payload: dict[str, Any]) -> int | None:
+    """A content block event's ``index``: an integer (not a boolean), else None, which names no
+    block (the event is then ignored, as one for a block never started)."""
+    index = payload.get("index")
+    return index if type(index) is int else None
 
 
 class Assembler:
@@ -207,7 +215,7 @@ class Assembler:
         self.stop_reason: str | None = None
         self.stop_details: str | None = None
         self.usage = dict.fromkeys(USAGE_KEYS, 0)
-        self.open: dict[int, _Partial] = {}
+        self.open: dict[int | None, _Partial] = {}  # None (no index) is never a key
         self.ready: list[ModelBlockReceived] = []
         """Blocks that arrived complete in ``message_start`` (taken by the caller)."""
 
@@ -235,12 +243,12 @@ class Assembler:
         """
         self.started = True
         if name == "content_block_delta":
-            partial = self.open.get(payload.get("index", -1))
+            partial = self.open.get(_index(payload))
             delta = payload.get("delta")
             if partial is None or not isinstance(delta, dict):
                 return None
             kind = delta.get("type")
-            field = _DELTA_TEXT.get(kind)
+            field = _DELTA_TEXT.get(kind) if isinstance(kind, str) else None
             if field is not None:
                 text = delta.get(field)
                 if not isinstance(text, str):
@@ -262,7 +270,7 @@ class Assembler:
             self._start(payload)
             return None
         if name == "content_block_stop":
-            partial = self.open.pop(payload.get("index", -1), None)
+            partial = self.open.pop(_index(payload), None)
             return None if partial is None else self._finish(partial)
         if name == "message_start":
             message = payload.get("message")
@@ -290,8 +298,8 @@ class Assembler:
 
     def _start(self, payload: dict[str, Any]) -> None:
         block = payload.get("content_block")
-        index = payload.get("index")
-        if not isinstance(block, dict) or not isinstance(index, int):
+        index = _index(payload)
+        if not isinstance(block, dict) or index is None:
             return
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text", ""), str):
