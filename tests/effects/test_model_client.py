@@ -313,6 +313,32 @@ async def test_retry_after_ms_header_wins(server: MessagesServer, sdk: Any) -> N
     assert (failed.kind, failed.retry_after_ms) == ("rate_limited", 1500)
 
 
+@pytest.mark.spec("R-RETRY-1")
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("ms", "seconds", "expected"),
+    [
+        (None, "inf", None),  # float() reads it; rounding it to ms raised OverflowError
+        (None, "1e400", None),
+        ("nan", "2", 2000),  # a header that is no number gives way to the next
+        ("1e308", None, None),  # finite, but past what a trace keeps exactly: backoff
+        (None, "Wed, 21 Oct 2026 07:28:00 GMT", None),  # an HTTP date: backoff
+        (str(2**53), None, 2**53),
+    ],
+)
+async def test_a_retry_after_that_is_no_usable_number_is_none(
+    server: MessagesServer, sdk: Any, ms: str | None, seconds: str | None, expected: int | None
+) -> None:
+    """The failure is still one event, and the machine's own backoff applies (R-RETRY-1)."""
+    headers = [("retry-after-ms", ms)] if ms is not None else []
+    server.enqueue(
+        error_response(429, "rate_limit_error", "Slow down", retry_after=seconds, headers=headers)
+    )
+    (failed,) = await collect(model_client(sdk), PROMPT)
+    assert isinstance(failed, ModelCallFailed)
+    assert (failed.kind, failed.retry_after_ms) == ("rate_limited", expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # Failures inside a 200 stream
 

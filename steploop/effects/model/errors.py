@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from typing import Final
 
 import anthropic
 import httpx2
@@ -64,17 +65,24 @@ def classify_error(status: int | None, error_type: str | None, message: str) -> 
     return "unknown"
 
 
+#: The largest retry-after taken (ms): 2**53, the largest integer JSON readers keep exactly.
+MAX_RETRY_AFTER_MS: Final = 2**53
+
+
 def retry_after_ms(headers: httpx2.Headers) -> int | None:
+    """The server's retry-after in ms (``retry-after-ms``, else ``retry-after`` in seconds);
+    None when neither is a number from 0 to :data:`MAX_RETRY_AFTER_MS` (an HTTP date,
+    ``inf``, ``1e400``): the machine's own backoff applies (R-RETRY-1)."""
     for name, scale in (("retry-after-ms", 1.0), ("retry-after", 1000.0)):
         value = headers.get(name)
         if value is None:
             continue
         try:
-            n = float(value)
+            ms = float(value) * scale
         except ValueError:
             continue  # an HTTP date: the machine's own backoff applies
-        if n >= 0:
-            return round(n * scale)
+        if 0 <= ms <= MAX_RETRY_AFTER_MS:  # NaN and infinities fail it
+            return round(ms)
     return None
 
 
