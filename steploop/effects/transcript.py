@@ -604,14 +604,16 @@ class TranscriptWriter:
             return
         for line in data.split(b"\n"):
             record = _parse(line)
-            if record is None or record.get("type") not in _MESSAGE_TYPES:
+            kind = record.get("type") if record is not None else None
+            if record is None or not isinstance(kind, str) or kind not in _MESSAGE_TYPES:
                 continue
             uid = record.get("uuid")
             if not isinstance(uid, str):
                 continue
             self._last_uuid = uid
-            if record.get("type") == "assistant":
-                content = (record.get("message") or {}).get("content")
+            message = record.get("message")
+            if kind == "assistant" and isinstance(message, dict):
+                content = message.get("content")
                 for block in content if isinstance(content, list) else ():
                     if isinstance(block, dict) and block.get("type") == "tool_use":
                         self._tool_use_records[str(block.get("id"))] = uid
