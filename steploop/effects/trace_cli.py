@@ -105,7 +105,7 @@ def claude_code_transcript(path: str | os.PathLike[str]) -> bool:
     if not isinstance(obj, dict) or "record" in obj:
         return False
     kind = obj.get("type")
-    known = kind in MESSAGE_TYPES | CHAIN_TYPES | METADATA_TYPES
+    known = isinstance(kind, str) and kind in MESSAGE_TYPES | CHAIN_TYPES | METADATA_TYPES
     return isinstance(kind, str) and (known or any(k in obj for k in _CLAUDE_CODE_KEYS))
 
 

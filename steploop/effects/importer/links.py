@@ -103,7 +103,8 @@ class Links:
                     if (
                         isinstance(b, dict)
                         and b.get("type") == "tool_use"
-                        and b.get("name") in AGENT_TOOLS
+                        and isinstance(b.get("name"), str)
+                        and b["name"] in AGENT_TOOLS
                         and isinstance(b.get("id"), str)
                     ):
                         inp = b.get("input")

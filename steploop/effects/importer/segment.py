@@ -116,7 +116,7 @@ def classify(record: dict[str, Any], message: Message | None) -> str:
             if isinstance(hook, str) and hook.split(":")[0] in ("PreToolUse", "PostToolUse"):
                 return "hook_stop"  # a tool hook stopped the turn (T-HOOK-1)
             return "stop_prevent"
-        if t in MACHINE_ATTACHMENTS:
+        if isinstance(t, str) and t in MACHINE_ATTACHMENTS:
             return "machine_attachment"
         return "inserted"
     return "other"  # pragma: no cover - threads hold message records only
