@@ -8,8 +8,7 @@ interpreter lock, and the input is checked on the event loop (a tool_use block's
 the whole agent froze. Here the keywords that search patterns (``pattern``,
 ``patternProperties``, and ``additionalProperties``, which asks which keys the patterns
 cover) search with RE2, in time linear in the text. A pattern RE2 will not take (look-around,
-backreferences) is not checked (the tool, or the server behind it, still checks its input);
-Claude Code does not check an MCP tool's input against its schema at all.
+backreferences) is not checked: the tool, or the server behind it, checks its input itself.
 
 Left on ``re``: ``unevaluatedProperties`` over ``patternProperties`` (jsonschema's own walk),
 and the ``regex`` format, which only compiles the text (format checks are off here).
