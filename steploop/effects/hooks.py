@@ -30,8 +30,10 @@ import anyio.to_thread
 import attrs
 
 from steploop.effects.procs import open_process_tree
+from steploop.reducer.conversation import Conversation
 from steploop.reducer.effects import RunStopHooks
 from steploop.reducer.events import StopHooksFinished
+from steploop.reducer.messages import AssistantMessage, TextBlock
 
 __all__ = [
     "BLOCKED_WITHOUT_REASON",
@@ -49,6 +51,7 @@ __all__ = [
     "StopHookResult",
     "StopHooks",
     "fold_results",
+    "last_assistant_text",
 ]
 
 StopEventName: TypeAlias = Literal["Stop", "SubagentStop"]
@@ -95,6 +98,9 @@ class StopHookInput:
     agent_id: str | None = None
     agent_type: str | None = None
     agent_transcript_path: str | None = None
+    #: The text of the last assistant message (the response that is ending), so a hook need
+    #: not read the transcript; None (not written) when there is none (HOOK-1).
+    last_assistant_message: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The payload as Claude Code spells it on a hook's stdin (its field order)."""
@@ -111,7 +117,25 @@ class StopHookInput:
                 value = getattr(self, key)
                 if value is not None:
                     out[key] = value
+        if self.last_assistant_message is not None:
+            out["last_assistant_message"] = self.last_assistant_message
         return out
+
+
+def last_assistant_text(conversation: Conversation) -> str | None:
+    """HOOK-1: the text of the conversation's last assistant message (its text blocks, joined
+    by line breaks; a response is one message per block, as in Claude Code), None when it has
+    no text or there is no assistant message. Walks back from the end: the cost is the
+    messages after the last assistant one, not the conversation's length."""
+    node = conversation
+    while node.length:
+        message = node.last
+        if isinstance(message, AssistantMessage):
+            text = "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
+            return text or None
+        assert node.prev is not None
+        node = node.prev
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -526,6 +550,7 @@ class StopHooks:
             permission_mode=self.permission_mode,
             agent_id=self._agent_id if sub else None,
             agent_type=self._agent_type if sub else None,
+            last_assistant_message=last_assistant_text(effect.conversation),
         )
         runs = await self._run_timed(payload)
         self._reports[effect.hooks_id] = runs

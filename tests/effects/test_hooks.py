@@ -23,12 +23,19 @@ from steploop.effects.hooks import (
     StopHookResult,
     StopHooks,
     fold_results,
+    last_assistant_text,
 )
 from steploop.effects.transcript import TranscriptWriter
 from steploop.reducer.conversation import Conversation
 from steploop.reducer.effects import RunStopHooks
 from steploop.reducer.events import StopHooksFinished
-from steploop.reducer.messages import AssistantMessage, TextBlock, ToolUseBlock, UserMessage
+from steploop.reducer.messages import (
+    AssistantMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
 
 SESSION = "sess-1234"
 
@@ -266,6 +273,43 @@ async def test_payload_and_stop_hook_active_pass_through(
     assert seen["cwd"] == str(tmp_path)
     assert seen["project_dir"] == str(tmp_path)
     assert finished.blocking_errors == (() if active else (f"[{hook.name}]: keep going",))
+
+
+@pytest.mark.spec("HOOK-1")
+@pytest.mark.anyio
+async def test_the_payload_carries_the_last_assistant_message(
+    tmp_path: Path, hook_script: Path
+) -> None:
+    """Claude Code's hooks reference: Stop and SubagentStop hooks get the text of the response
+    that is ending (``last_assistant_message``), so they need not read the transcript. A
+    response is one message per block: the last one's text counts."""
+    conversation = Conversation.of(
+        [
+            UserMessage(id="u1", content=(TextBlock(text="fix it"),)),
+            AssistantMessage(id="a1", response_id="r1", model="m", content=(TextBlock(text="Looking."),)),
+            AssistantMessage(
+                id="a2", response_id="r1", model="m",
+                content=(ToolUseBlock(id="t1", name="Read", input={}),),
+            ),
+            UserMessage(id="u2", content=(ToolResultBlock(tool_use_id="t1", content="x"),)),
+            AssistantMessage(id="a3", response_id="r2", model="m", content=(TextBlock(text="Done.\nAll green."),)),
+        ]
+    )  # fmt: skip
+    effect = RunStopHooks(hooks_id=7, conversation=conversation, stop_hook_active=False)
+    for event in ("Stop", "SubagentStop"):
+        await StopHooks([CommandStopHook([str(hook_script), "pass"], 10)]).run(
+            effect,
+            session_id=SESSION,
+            transcript_path=str(tmp_path / "t.jsonl"),
+            cwd=str(tmp_path),
+            event_name=event,
+        )
+        seen = json.loads((tmp_path / "payload.json").read_text())["payload"]
+        assert seen["last_assistant_message"] == "Done.\nAll green."
+        assert list(seen)[-1] == "last_assistant_message"
+    tool_last = Conversation.of(list(conversation.messages())[:3])
+    assert last_assistant_text(tool_last) is None  # a tool_use block has no text
+    assert last_assistant_text(Conversation.of(list(conversation.messages())[:2])) == "Looking."
 
 
 @pytest.mark.anyio
