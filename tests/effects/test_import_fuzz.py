@@ -102,3 +102,50 @@ def test_show_asks_a_file_whose_first_type_is_a_list(
     assert main(["show", str(path)], out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert err.startswith("steploop: error: ") and err.count("\n") == 1
+
+
+@pytest.mark.spec("IMP-1")
+def test_a_session_from_a_pipe_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``steploop import <(zcat s.jsonl.gz)``: a pipe named as an input is read once into a
+    temporary file (the import reads a session twice, by offsets the second time); before, it
+    failed with "File or stream is not seekable". Its traces name the pipe as their source."""
+    import os
+    import tempfile
+    import threading
+
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+
+    source = SHIPPED / "spotter" / "4d5611e5-241a-462a-8d15-5122611a9569.jsonl"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    stop = threading.Event()
+
+    def write() -> None:
+        with open(fifo, "wb") as f:
+            f.write(source.read_bytes())
+        # a reader that opens the pipe again (an import that reads it twice) finds it empty
+        # at once instead of waiting for ever for a writer
+        while not stop.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader now
+                stop.wait(0.01)
+                continue
+            os.close(fd)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    out = io.StringIO()
+    try:
+        code = main(["import", str(fifo), "-o", str(tmp_path / "out")], out=out)
+    finally:
+        stop.set()
+        writer.join()
+    assert code == 0, out.getvalue()
+    assert "3 user turn(s): 3 ended, 3 reproduced exactly" in out.getvalue()
+    header = json.loads((tmp_path / "out" / "pipe.t001.jsonl").read_text().splitlines()[0])
+    assert header["provenance"]["source"] == str(fifo)
+    assert list(spool.iterdir()) == []  # the spooled copy went with the import

@@ -19,8 +19,12 @@ verdict), :mod:`~steploop.effects.importer.session` (one file), :mod:`~steploop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import stat
+import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -240,6 +244,52 @@ def import_paths(
         sources.extend(find_sources([raw], exclude=out))
     if not sources:
         return summary  # nothing to import: nothing written, not even the folder
+    with contextlib.ExitStack() as stack:
+        spool = _Spool(stack)
+        sources = [(spool.seekable(path), name) for path, name in sources]
+        _import_sources(sources, out, summary, progress, on_file, profile)
+    return summary
+
+
+class _Spool:
+    """A pipe or a device named as an input (``steploop import <(zcat s.jsonl.gz)``) is read
+    once into a temporary file: the import reads a session twice, the second time by offsets.
+    The files go with the import."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._stack = stack
+        self._dir: Path | None = None
+        self._count = 0
+
+    def seekable(self, path: Path) -> Path:
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            return path  # reported when it is read
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            return path
+        if self._dir is None:
+            self._dir = Path(
+                self._stack.enter_context(tempfile.TemporaryDirectory(prefix="steploop-import-"))
+            )
+        self._count += 1
+        copy = self._dir / f"{self._count}.jsonl"
+        try:
+            with open(path, "rb") as source, open(copy, "wb") as target:
+                shutil.copyfileobj(source, target)
+        except OSError:
+            return path  # reported when it is read
+        return copy
+
+
+def _import_sources(
+    sources: list[tuple[Path, str]],
+    out: Path | None,
+    summary: ImportSummary,
+    progress: Callable[[int, int, str], None] | None,
+    on_file: Callable[[FileReport], None] | None,
+    profile: str | None,
+) -> None:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     names = TraceNames(out) if out is not None else None
@@ -278,4 +328,3 @@ def import_paths(
         raise
     if report is not None:
         report.finish(summary)
-    return summary
