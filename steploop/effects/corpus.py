@@ -445,7 +445,8 @@ def _renamed(o: TraceOutcome, absolute: str, name: str) -> TraceOutcome:
 
 
 def collect(args: Sequence[str]) -> list[Path]:
-    """The traces named by ``args``: a directory gives its ``*.jsonl`` (sorted), ``@FILE`` the
+    """The traces named by ``args``: a directory gives its ``*.jsonl`` regular files (sorted:
+    a pipe or a device there would wait for ever for a writer), ``@FILE`` the
     paths listed in FILE (one per line; blank lines and ``#`` comments skipped; relative to
     FILE's directory), anything else is a trace file.
 
@@ -469,7 +470,7 @@ def collect(args: Sequence[str]) -> list[Path]:
             continue
         path = Path(arg)
         if path.is_dir():
-            found = sorted(path.glob("*.jsonl"))
+            found = sorted(f for f in path.glob("*.jsonl") if f.is_file())
             if not found:
                 raise CorpusError(f"{path}: no *.jsonl trace files")
             out.extend(found)

@@ -270,7 +270,7 @@ def child_traces(parent_trace: str | Path) -> SubagentLinks:
 
     folder = parent.with_suffix("") / "subagents"
     if folder.is_dir():
-        for path in sorted(folder.glob("agent-*.jsonl")):
+        for path in sorted(p for p in folder.glob("agent-*.jsonl") if p.is_file()):
             line = _first_line(path)
             try:
                 child_prov = json.loads(line or b"").get("provenance") or {}
@@ -304,7 +304,9 @@ def _imported_children(
     marker = json.dumps(session).encode()
     try:
         here = parent.resolve()
-        paths = sorted(p for p in parent.parent.glob("*.jsonl") if p.resolve() != here)
+        paths = sorted(
+            p for p in parent.parent.glob("*.jsonl") if p.is_file() and p.resolve() != here
+        )  # regular files: a pipe there would wait for ever for a writer
     except OSError:
         return
     for path in paths:
@@ -363,7 +365,10 @@ class AgentTool:
         self.input_schema: Mapping[str, Any] = {
             "type": "object",
             "properties": {
-                "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
+                "description": {
+                    "type": "string",
+                    "description": "A short (3-5 word) description of the task",
+                },
                 "prompt": {"type": "string", "description": "The task for the agent to perform"},
                 "subagent_type": {
                     "type": "string",
@@ -385,7 +390,9 @@ class AgentTool:
         kind = str(input.get("subagent_type") or next(iter(self._agents)))
         definition = self._agents.get(kind)
         if definition is None:
-            return tool_use_error(f"Agent type '{kind}' not found. Available agents: {', '.join(self._agents)}")
+            return tool_use_error(
+                f"Agent type '{kind}' not found. Available agents: {', '.join(self._agents)}"
+            )
         parent: LoopConfig = caller.config
         model_name = str(input.get("model") or definition.model_name or parent.model)
         call = AgentCall(
@@ -552,8 +559,15 @@ def _result(r: Any, call: AgentCall, seconds: float) -> ToolOutput:
         if isinstance(b, ToolUseBlock)
     )
     u = state.last_usage
-    total = 0 if u is None else (
-        u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+    total = (
+        0
+        if u is None
+        else (
+            u.input_tokens
+            + u.output_tokens
+            + u.cache_creation_input_tokens
+            + u.cache_read_input_tokens
+        )
     )
     note = (
         f"agentId: {call.agent_id} (for resuming to continue this agent's work if needed)\n"

@@ -327,3 +327,14 @@ def test_dask_reports_traces_by_the_names_given(
     assert there == map_corpus(names, replay_task, jobs=1)
     assert [o.path for o in there] == names
     assert all(o.message.startswith(n + ":") for o, n in zip(there, names, strict=True))
+
+
+def test_a_directory_gives_its_regular_files_only(tmp_path: Path) -> None:
+    """A pipe named ``*.jsonl`` in a folder (or a folder so named) is no trace: reading a pipe
+    nobody writes to waits for ever, and ``stats DIR`` / ``replay DIR`` hung on one."""
+    trace = tmp_path / "a.jsonl"
+    shutil.copy(Path(__file__).resolve().parents[2] / "specs" / "scenarios" / "completed.jsonl", trace)
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    (tmp_path / "dir.jsonl").mkdir()
+    assert collect([str(tmp_path)]) == [trace]
+    assert collect([str(tmp_path / "pipe.jsonl")]) == [tmp_path / "pipe.jsonl"]  # named: as given

@@ -217,3 +217,41 @@ def test_pages_stop_at_the_depth_bound_and_each_trace_gets_one(
     finally:
         link.unlink()
     assert len(pages) == 3  # the link and its target are one trace: one page
+
+
+@pytest.mark.spec("E-AGENT-6")
+def test_a_pipe_beside_the_children_is_no_trace(live: Path, tmp_path: Path) -> None:
+    """A pipe named like a child's trace, in the subagents/ folder or beside the parent, is
+    not read: opening a pipe nobody writes to waits for ever (show hung on one). The pipe here
+    answers a reader at once with nothing, so a search that opens it says so instead of
+    hanging; none may."""
+    import os
+    import threading
+
+    parent = _copy(live, tmp_path / "copy")
+    pipes = [parent.with_suffix("") / "subagents" / "agent-zzz.jsonl", parent.parent / "zzz.jsonl"]
+    stop = threading.Event()
+    opened: list[Path] = []
+
+    def answer() -> None:
+        while not stop.is_set():
+            for pipe in pipes:
+                try:
+                    fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:  # nobody reading
+                    continue
+                opened.append(pipe)
+                os.close(fd)
+            stop.wait(0.01)
+
+    for pipe in pipes:
+        os.mkfifo(pipe)
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        links = child_traces(parent)
+    finally:
+        stop.set()
+        thread.join()
+    assert opened == [] and links.warnings == ()
+    assert set(links.children) == set(CALLS)
