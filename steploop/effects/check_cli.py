@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from steploop.effects.cli_common import CliError, config_from, console_for
+from steploop.effects.cli_common import CliError, config_from, console_for, processes_problem
 from steploop.effects.explore_workers import process_workers
 from steploop.reducer.drive import drive
 from steploop.reducer.effects import Effect
@@ -319,6 +319,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     deep_rounds = _bound(args.deep_rounds, "--deep-rounds")
     max_states = _bound(args.max_states, "--max-states")
     processes = _bound(getattr(args, "processes", "1"), "--processes") or 1
+    if (problem := processes_problem(processes)) is not None:
+        raise CliError(f"--processes: {problem}")
     deep = {"default": DEEP_WORLD, "retries": RETRY_DEEP_WORLD, "off": None}[args.deep]
     cfg = config_from(args.profile, args.set)
     err = sys.stderr

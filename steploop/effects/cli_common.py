@@ -102,6 +102,22 @@ class CliError(Exception):
     """A user error: printed as one line ``steploop: error: ...``, exit status 2."""
 
 
+def process_limit() -> int:
+    """The most worker processes a command starts (``--jobs``, ``--processes``): four per core
+    of this machine, at least 4. A typo such as ``--processes 100000`` would fork that many
+    processes and take the machine down; the work cannot go faster than the cores anyway."""
+    return max(4, 4 * (os.cpu_count() or 1))
+
+
+def processes_problem(n: int) -> str | None:
+    """Why ``n`` worker processes are too many here, or None."""
+    limit = process_limit()
+    if n <= limit:
+        return None
+    cores = os.cpu_count() or 1
+    return f"at most {limit:,} (4 per core; this machine has {cores:,}), got {n:,}"
+
+
 def ended_with_api_error(state: LoopState) -> bool:
     """Whether the last message of the turn is an API-error message (R-RETRY-4, the
     max-output-tokens exit): the turn ends ``completed`` but nothing was answered."""
@@ -220,7 +236,11 @@ def demo_script() -> list[dict[str, Any]]:
             "type": "response",
             "blocks": [
                 {"type": "text", "text": "Let me look at the file."},
-                {"type": "tool_use", "name": "Read", "input": {"file_path": "src/auth/validate.ts"}},
+                {
+                    "type": "tool_use",
+                    "name": "Read",
+                    "input": {"file_path": "src/auth/validate.ts"},
+                },
             ],
             "stop_reason": "tool_use",
             "usage": {"input_tokens": 1200, "output_tokens": 40},
@@ -244,7 +264,12 @@ def demo_script() -> list[dict[str, Any]]:
         },
         {
             "type": "response",
-            "blocks": [{"type": "text", "text": "I've fixed the null pointer bug by adding a guard clause."}],
+            "blocks": [
+                {
+                    "type": "text",
+                    "text": "I've fixed the null pointer bug by adding a guard clause.",
+                }
+            ],
             "stop_reason": "end_turn",
             "usage": {"input_tokens": 2100, "output_tokens": 20},
         },
@@ -385,7 +410,9 @@ class ProgressBar:
     most ten times a second, so a bar costs next to nothing per step.
     """
 
-    def __init__(self, total: int | None, label: str, unit: str, stream: TextIO, enabled: bool) -> None:
+    def __init__(
+        self, total: int | None, label: str, unit: str, stream: TextIO, enabled: bool
+    ) -> None:
         self.enabled = enabled
         self.total = total
         self.unit = unit

@@ -50,6 +50,7 @@ from typing import Any, Literal, TextIO, TypeAlias
 
 import attrs
 
+from steploop.effects.cli_common import processes_problem
 from steploop.effects.trace import (
     DEFAULT_CHECKPOINT_EVERY,
     StepRecord,
@@ -693,6 +694,9 @@ def _jobs(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    problem = processes_problem(n)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return n
 
 

@@ -79,3 +79,19 @@ def test_events_after_finish_are_counted_beside_a_trace_that_ends_at_finish(
     assert len(steps) == len(side["events"])  # start() and every event but the one after Finish
     monkeypatch.undo()
     assert main(["replay", str(trace)], out=io.StringIO()) == 0
+
+
+def test_more_worker_processes_than_the_machine_can_use_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--processes 100000`` forked until the machine fell over; now: four per core at most,
+    said in one line, exit 2, nothing started. The same bound holds for ``--jobs``."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert main(["check", "--processes", "100000", "--max-states", "10"], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err == "steploop: error: --processes: at most 8 (4 per core; this machine has 2), got 100,000\n"
+    scenarios = str(Path(__file__).resolve().parents[2] / "specs" / "scenarios")
+    assert main(["stats", scenarios, "--jobs", "9"], out=io.StringIO()) == 2
+    assert "argument --jobs: at most 8 (4 per core; this machine has 2), got 9" in capsys.readouterr().err
