@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import stat
 import sys
 import tempfile
 import uuid
@@ -135,6 +136,24 @@ def _load_script(path: str, registry: ToolRegistry) -> Any:
         raise CliError(f"script {path}: {e}") from None
 
 
+def _output_file(raw: str, what: str) -> Path:
+    """A file the run writes and reads back (its transcript, its trace): a directory, or a pipe
+    or a device already at that name, is one line (a pipe would hold the run for ever)."""
+    path = Path(raw)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return path  # created by the run; a bad directory is reported when it is written
+    if stat.S_ISDIR(mode):
+        raise CliError(f"{what} {raw}: is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise CliError(
+            f"{what} {raw}: not a regular file (a pipe or a device cannot be read back and "
+            "rewritten, as the run does)"
+        )
+    return path
+
+
 def _workspace(raw: str) -> Path:
     workspace = Path(raw).resolve()
     if not workspace.is_dir():
@@ -146,6 +165,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from steploop.effects.trace import TraceRecorder, make_provenance
 
     workspace = _workspace(args.workspace)
+    transcript = _output_file(args.transcript, "transcript") if args.transcript else None
+    if args.trace:
+        _output_file(args.trace, "trace")
     config = _config(args)
     policy, mode = permission_setup(args)
     registry = ToolRegistry(builtin_tools(workspace, enable_bash=args.enable_bash))
@@ -165,7 +187,6 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     for note in notes:
         display.line(note, "yellow")
     scratch: Path | None = None
-    transcript = Path(args.transcript) if args.transcript else None
     if transcript is None:
         scratch = Path(tempfile.mkdtemp(prefix="steploop-run-"))
         transcript = scratch / "transcript.jsonl"

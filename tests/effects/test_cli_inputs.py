@@ -79,3 +79,27 @@ def test_a_transcript_whose_first_line_is_long_or_a_snapshot_is_recognised(
         assert "a Claude Code transcript, not a steploop trace" in capsys.readouterr().err
     assert main(["show", str(other)], out=io.StringIO()) == 2
     assert "a record needs a 'record' key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--transcript", "--trace"])
+def test_a_pipe_or_a_directory_as_the_runs_output_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    """The run reads its transcript back (and rewrites it to withdraw a record) and appends to
+    its trace: a pipe at that name held ``steploop run`` for ever; now one line, exit 2, before
+    anything starts. A directory is named as one."""
+    import os
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"type": "reply", "text": "hi"}]))
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    argv = ["run", "x", "--scripted", str(script), "--workspace", str(tmp_path)]
+    what = flag.removeprefix("--")
+    assert main([*argv, flag, str(tmp_path)], out=io.StringIO()) == 2  # first: it cannot hang
+    assert capsys.readouterr().err == f"steploop: error: {what} {tmp_path}: is a directory, not a file\n"
+    assert main([*argv, flag, str(pipe)], out=io.StringIO()) == 2
+    assert capsys.readouterr().err == (
+        f"steploop: error: {what} {pipe}: not a regular file (a pipe or a device cannot be read "
+        "back and rewritten, as the run does)\n"
+    )
