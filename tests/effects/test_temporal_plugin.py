@@ -7,6 +7,7 @@ options from the command line."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -147,3 +148,22 @@ def test_activity_options_from_the_command_line() -> None:
     ):
         with pytest.raises(ValueError, match=says):
             parse_setting(bad, dict(into))
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("model.start_to_close_s=1e400", "start_to_close_s must be from 0 to 1,000,000,000 s, got inf"),
+        ("model.start_to_close_s=nan", "start_to_close_s must be from 0 to 1,000,000,000 s, got nan"),
+        ("tools.heartbeat_s=inf", "heartbeat_s must be from 0"),
+        ("model.max_interval_s=1e30", "max_interval_s must be from 0"),
+        ("model.backoff=nan", "backoff from 1 to 1,000,000"),
+        ("model.attempts=99999999999999999999", "attempts must be from 0 to 2,147,483,647"),
+    ],
+)
+def test_options_past_what_temporal_takes_are_refused(setting: str, says: str) -> None:
+    """An infinity, a NaN or a duration past about 31 years passed the checks and raised
+    OverflowError or ValueError when the workflow scheduled the activity (or in Temporal's
+    encoding); now the setting is refused, named, before anything starts."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_setting(setting, {})

@@ -159,15 +159,39 @@ def _over(base: Resolved, options: ActivityOptions | None) -> Resolved:
     return out
 
 
+#: The longest duration an option takes (s): about 31 years. A longer one, an infinity or a
+#: NaN passed the checks and raised OverflowError or ValueError when the workflow scheduled the
+#: activity (``timedelta``), or in Temporal's encoding.
+MAX_DURATION_S: Final = 1e9
+#: The most attempts (Temporal's ``maximum_attempts`` is a 32-bit integer).
+MAX_ATTEMPTS: Final = 2**31 - 1
+
+
 def _check(r: Resolved) -> None:
     if r.cancellation not in CANCELLATIONS:
         raise ValueError(
             f"cancellation must be one of {', '.join(CANCELLATIONS)}, got {r.cancellation!r}"
         )
-    if r.start_to_close_s <= 0 or (r.heartbeat_s is not None and r.heartbeat_s < 0):
+    durations = {
+        "start_to_close_s": r.start_to_close_s,
+        "heartbeat_s": r.heartbeat_s,
+        "initial_interval_s": r.initial_interval_s,
+        "max_interval_s": r.max_interval_s,
+    }
+    for name, value in durations.items():
+        if value is not None and not 0 <= value <= MAX_DURATION_S:  # NaN fails it too
+            raise ValueError(f"{name} must be from 0 to {MAX_DURATION_S:,.0f} s, got {value}")
+    if r.start_to_close_s <= 0:
         raise ValueError("timeouts must be positive")
-    if r.attempts < 0 or r.backoff < 1 or r.initial_interval_s <= 0:
-        raise ValueError("attempts must be >= 0, backoff >= 1 and initial_interval_s > 0")
+    if (
+        not 0 <= r.attempts <= MAX_ATTEMPTS
+        or not 1 <= r.backoff <= 1e6
+        or r.initial_interval_s <= 0
+    ):
+        raise ValueError(
+            f"attempts must be from 0 to {MAX_ATTEMPTS:,}, backoff from 1 to 1,000,000 and "
+            "initial_interval_s > 0"
+        )
 
 
 def resolve(kind: str, overrides: Mapping[str, ActivityOptions]) -> Resolved:
@@ -188,7 +212,9 @@ def parse_setting(text: str, into: dict[str, ActivityOptions]) -> None:
         raise ValueError(f"--activity {text!r}: expected KIND.FIELD=VALUE")
     check_kind(kind)
     if field not in FIELDS:
-        raise ValueError(f"--activity {text!r}: unknown field {field!r}: one of {', '.join(FIELDS)}")
+        raise ValueError(
+            f"--activity {text!r}: unknown field {field!r}: one of {', '.join(FIELDS)}"
+        )
     value = value.strip()
     parsed: Any
     try:
