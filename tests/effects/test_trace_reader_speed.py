@@ -24,6 +24,8 @@ import steploop.effects.trace.read as trace_read
 from benchmarks.replay_throughput import build_synthetic
 from steploop.effects.trace import TraceReader
 from tests.effects.test_trace_fast import _general_only as _no_fast_paths
+from tests.support.json_mutations import get as _get
+from tests.support.json_mutations import paths as _paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "specs" / "scenarios"
@@ -106,23 +108,6 @@ _VALUES: list[Any] = [
     {"round": "0123456789abcdef", "nope": "0123456789abcdef"},
     {"round": "0123456789abcde", "ids": "0123456789abcdef0"},
 ]
-
-
-def _paths(obj: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [at]
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out += _paths(v, (*at, k))
-    elif isinstance(obj, list):
-        for k, v in enumerate(obj):
-            out += _paths(v, (*at, k))
-    return out
-
-
-def _get(obj: Any, path: tuple[Any, ...]) -> Any:
-    for k in path:
-        obj = obj[k]
-    return obj
 
 
 def _mutate(obj: dict[str, Any], rng: random.Random) -> dict[str, Any]:

@@ -34,8 +34,9 @@ def values(
 
 
 def paths(obj: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path to a value inside ``obj`` (keys and indexes), ``obj`` itself left out."""
-    out = [at] if at else []
+    """Every path to a value in ``obj`` (keys and indexes), depth first, ``obj`` itself (the
+    empty path) first."""
+    out = [at]
     if isinstance(obj, dict):
         for k, v in obj.items():
             out += paths(v, (*at, k))
@@ -43,6 +44,13 @@ def paths(obj: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         for i, v in enumerate(obj):
             out += paths(v, (*at, i))
     return out
+
+
+def get(obj: Any, path: tuple[Any, ...]) -> Any:
+    """The value at ``path`` in ``obj``."""
+    for step in path:
+        obj = obj[step]
+    return obj
 
 
 @st.composite
@@ -53,13 +61,10 @@ def mutated(draw: st.DrawFn, base: list[Any], most: int = 4) -> list[Any]:
     replacement = values()
     for _ in range(draw(st.integers(1, most))):
         k = draw(st.integers(0, len(docs) - 1))
-        where = paths(docs[k])
+        where = paths(docs[k])[1:]  # the values inside, not the document itself
         if not where:
             continue
         path = draw(st.sampled_from(where))
-        target: Any = docs[k]
-        for step in path[:-1]:
-            target = target[step]
-        target[path[-1]] = draw(replacement)
+        get(docs[k], path[:-1])[path[-1]] = draw(replacement)
     drop = draw(st.sets(st.integers(0, len(docs) - 1), max_size=2))
     return [d for i, d in enumerate(docs) if i not in drop]

@@ -30,6 +30,9 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
+from tests.support.json_mutations import get as _get
+from tests.support.json_mutations import paths as _paths
+
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((ROOT / "specs" / "scenarios").glob("*.jsonl"))
 
@@ -68,23 +71,6 @@ def duplicate(data: bytes, rng: random.Random) -> bytes:
         j = rng.randrange(len(lines))
         lines[i], lines[j] = lines[j], lines[i]
     return _join(lines)
-
-
-def _paths(v: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(v, dict):
-        for k, x in v.items():
-            out += _paths(x, (*path, k))
-    elif isinstance(v, list):
-        for k, x in enumerate(v):
-            out += _paths(x, (*path, k))
-    return out
-
-
-def _get(v: Any, path: tuple[Any, ...]) -> Any:
-    for k in path:
-        v = v[k]
-    return v
 
 
 def _set(v: Any, path: tuple[Any, ...], new: Any) -> Any:
