@@ -150,6 +150,7 @@ def test_activity_options_from_the_command_line() -> None:
             parse_setting(bad, dict(into))
 
 
+@pytest.mark.spec("TEMPORAL-PLUGIN-1")
 @pytest.mark.parametrize(
     ("setting", "says"),
     [

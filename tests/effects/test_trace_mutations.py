@@ -80,7 +80,8 @@ def test_the_oracle_tells_valid_from_invalid() -> None:
     """Control: every golden trace is valid; each kind of breakage is not."""
     data = COMPLETED.read_bytes()
     assert all(schema_valid(p.read_bytes()) for p in GOLDEN)
-    assert not schema_valid(data[:-1])
+    assert not schema_valid(data[:-2])  # cut inside the last record
+    assert schema_valid(data[:-1])  # only its newline lost: accepted (trace-format.md §6)
     assert not schema_valid(data.replace(b'"auto_compact":true', b'"auto_compact":"true"', 1))
     assert not schema_valid(data.replace(b'"max_turns":null', b'"max_turns":2.0', 1))
     assert not schema_valid(data.replace(b'"at_ms":0', b'"at_ms":' + b"9" * 101, 1))

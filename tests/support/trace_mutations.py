@@ -251,14 +251,13 @@ def within_limits(obj: Any) -> bool:
 
 def first_invalid_line(data: bytes) -> int | None:
     """The 1-based number of the first line that is not strict JSON within the limits and
-    valid under specs/trace.schema.json (or one past the end, for a file not ending in a
-    newline or empty); None when every line is."""
+    valid under specs/trace.schema.json (1 for an empty file); None when every line is. A last
+    line without its newline counts as any other: the format accepts one that parses (only the
+    newline was lost, trace-format.md §6); one cut inside its record does not parse."""
     lines = data.split(b"\n")
     if data.endswith(b"\n"):
         lines.pop()
-    elif data:
-        return len(lines)  # the last line has no newline: a truncated record
-    if not lines:
+    if not lines or data == b"":
         return 1
     v = _validator()
     for n, line in enumerate(lines, 1):
@@ -371,7 +370,9 @@ def violations(data: bytes, golden: Path, tmp: Path) -> dict[str, str]:
     script = tmp / "script.json"
     script.write_text(json.dumps(SCRIPT), encoding="utf-8")
     bad_line = first_invalid_line(data)
-    cut = data[: data.rfind(b"\n") + 1]  # what resume reads: a truncated last line dropped
+    # what resume reads: a last line cut inside its record dropped; one that only lost its
+    # newline kept (the newline added), trace-format.md §8
+    cut = data if bad_line is None else data[: data.rfind(b"\n") + 1]
     resumable = first_invalid_line(cut) is None if cut else False
     found: dict[str, str] = {}
     for cmd in COMMANDS:
