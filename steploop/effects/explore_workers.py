@@ -24,6 +24,7 @@ import pickle
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from steploop.reducer.collector import sweep
 from steploop.reducer.explore.expand import Edge, Expander, NodeResult
 from steploop.reducer.explore.search import WorkersFactory
 from steploop.reducer.explore.world import World
@@ -62,6 +63,7 @@ def _worker(conn: Connection, expander: Expander, worlds: tuple[World, ...]) -> 
             results: list[tuple[int, NodeResult]] = []
             token = 0
             for node, mons, which in batch:
+                sweep()  # the search paused the collector before it forked us (R-COST-4)
                 s = store.pop(node)
                 if s.phase == "done":
                     results.append((node, ("done", expander.probe_done(s, mons))))

@@ -64,6 +64,7 @@ REGISTRY: tuple[FastPath, ...] = (
     FastPath("idle_runners", "steploop/effects/run.py:_IDLE_RUNNERS, _Runners", "a new task for every handler", "1", "item 1: 1.27x (211.7 against 166.6 us per tool turn, min of 7, 400 turns, 2026-12-01)"),
     FastPath("same_request", "steploop/effects/trace/fingerprints.py:SameRequests.request (counterfactual.py:match)", "comparing the two requests' fingerprints", "8", "with same_address and the release of used requests: counterfactual per event after/before 0.88 at 1,000 rounds, 0.82 at 10,000 (2026-12-02, `benchmarks.counterfactual --baseline 5acec68`); it removed the fingerprints' 14% of the profile"),
     FastPath("same_address", "steploop/effects/trace/counterfactual.py:_readdressed", "readdress (a copy of the recorded answer under the new ids)", "8", "about 4% of the counterfactual replay's profile; measured together with same_request (above)"),
+    FastPath("paused_collector", "steploop/reducer/collector.py:paused (explore, replay_exact, replay_counterfactual, the importer's reading)", "the cycle collector left as it is", "6, 8", "item 6 (CI bound, 34,353 states): 1.43x (1.19-1.44); item 8 at 4,000 rounds: counterfactual 1.12x (1.08-1.45), exact replay 1.19x (1.17-1.23) (2026-12-02 08:30 UTC, `benchmarks.fastpaths --items 6,8 --reps 5`, load average about 1)"),
     FastPath("trace_decoders", "steploop/effects/trace/read.py:_FAST_EVENTS, _FAST_EFFECTS, _FAST_MESSAGE, _fast_effect", "_decode_event, _decode_effect, _message's general code", "3", "item 3: 1.29x (1.16-1.44)"),
 )
 # fmt: on

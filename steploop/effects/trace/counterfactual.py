@@ -46,6 +46,7 @@ from steploop.reducer import (
     LoopConfig,
     LoopState,
     SteploopError,
+    collector,
     fastpaths,
 )
 from steploop.reducer.drive import drive_async
@@ -443,6 +444,7 @@ class _RecordedWorld:
     ) -> None:
         self.state = state
         self.steps += 1
+        collector.sweep()
         if transitions:
             self.transitions.extend(t.TAG for t in transitions)
         if self.progress is not None and self.steps % self.every == 0:
@@ -701,6 +703,7 @@ async def replay_counterfactual_async(
     return world.report("stalled")
 
 
+@collector.paused()  # R-COST-4: two histories alive, the recording's and the new run's
 def replay_counterfactual(
     path: str | os.PathLike[str],
     overrides: Mapping[str, Any] | None = None,

@@ -23,7 +23,7 @@ from steploop.effects.trace.format import (
     describe_effect,
 )
 from steploop.effects.trace.read import TraceReader
-from steploop.reducer import IllegalEvent, LoopState
+from steploop.reducer import IllegalEvent, LoopState, collector
 from steploop.reducer.canonical import to_data
 from steploop.reducer.digest import STATE_FIELDS, Former, StateDigester, digest_with, field_digests
 from steploop.reducer.drive import Loop
@@ -159,6 +159,7 @@ class Walk:
                 self.digest = StateDigester(self.former)
                 self._loop = Loop(rec.config, _recorded, observe=self._seen, keep_transitions=False)
             elif isinstance(rec, StepRecord):
+                collector.sweep()
                 header, loop = self.header, self._loop
                 assert header is not None and loop is not None
                 if rec.event is None:
@@ -275,6 +276,7 @@ class ReplayProgress:
         return min(1.0, self.done / self.total) if self.total > 0 else 0.0
 
 
+@collector.paused()  # R-COST-4: a long replay keeps a long history alive
 def replay_exact(
     path: str | os.PathLike[str],
     *,

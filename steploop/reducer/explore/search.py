@@ -10,6 +10,8 @@ from typing import Final, Protocol, TypeAlias
 
 import attrs
 
+from steploop.reducer import collector
+from steploop.reducer.collector import sweep
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.explore.abstraction import Abstraction
 from steploop.reducer.explore.cycles import Analysis, concrete_path, lasso_cex
@@ -94,6 +96,7 @@ RETRY_DEEP_WORLD: Final = attrs.evolve(
 """The deep alphabet with retries (the slow run): every retry chain in every round context."""
 
 
+@collector.paused()
 def explore(
     config: LoopConfig,
     *,
@@ -137,6 +140,9 @@ def explore(
     Returns:
         The :class:`Report`: counts, per-invariant results with the shortest counterexample
         of every broken one, and the longest progress-free path.
+
+    The cycle collector is paused while it runs (specs/ R-COST-4,
+    :func:`steploop.reducer.collector.paused`): the graph it keeps is all long-lived.
     """
     request = request or DEFAULT_REQUEST
     world = world or World()
@@ -241,6 +247,7 @@ def explore(
                 cut = True
                 break
             alphabet = deep_world if deep and deep_world is not None else world
+            sweep()
             g.expanded[n] = True
             expanded += 1
             rounds_reached = max(rounds_reached, calls)
