@@ -4,8 +4,10 @@ An exploration keeps every abstract state it reaches, and a replay of a long ses
 whole history: hundreds of thousands of objects that live to the end. CPython's cycle collector
 walks every tracked object at each full collection and the young ones at each of the thousands
 of young collections an allocating loop triggers; at the CI bound of ``steploop check`` that was
-about a fifth of the CPU, and the states, histories and events these loops build hold no cycle
-(what they build is reclaimed by reference counting, measured in ``tests/reducer/test_collector.py``).
+about a fifth of the CPU. Yet while these loops run they make no cyclic garbage: what they build
+and drop is reclaimed by reference counting (``tests/reducer/test_collector.py`` collects now
+and then during the work and finds nothing). What they keep to the end (an explored graph holds
+cycles) is let go as a whole when they return, and the collector, given back, finds it.
 
 :func:`paused` turns automatic collection off for a block and back to what it was after it;
 :func:`sweep` (called once per unit of work: an expanded node, a replayed record) collects the
