@@ -15,6 +15,8 @@ from steploop.effects.trace import replay_counterfactual, replay_exact
 from steploop.reducer import collector, default, fastpaths
 from steploop.reducer.explore import ExploreProgress, explore
 
+pytestmark = pytest.mark.spec("R-COST-4")
+
 SCENARIOS = Path(__file__).resolve().parents[2] / "specs" / "scenarios"
 
 
