@@ -20,6 +20,15 @@ pytestmark = pytest.mark.spec("R-COST-4")
 SCENARIOS = Path(__file__).resolve().parents[2] / "specs" / "scenarios"
 
 
+@pytest.fixture(autouse=True)
+def paused_collector_on() -> Iterator[None]:
+    """The fast path on for these tests (the suite may run with every fast path off,
+    STEPLOOP_NO_FAST_PATHS=1), as it was after."""
+    with fastpaths.off("paused_collector"):
+        fastpaths.enable("paused_collector")
+        yield
+
+
 @pytest.fixture
 def collections() -> Iterator[list[int]]:
     """The generation of every collection that starts while the test runs."""
