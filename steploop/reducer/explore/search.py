@@ -11,7 +11,6 @@ from typing import Final, Protocol, TypeAlias
 import attrs
 
 from steploop.reducer import collector
-from steploop.reducer.collector import sweep
 from steploop.reducer.config import LoopConfig
 from steploop.reducer.explore.abstraction import Abstraction
 from steploop.reducer.explore.cycles import Analysis, concrete_path, lasso_cex
@@ -247,7 +246,7 @@ def explore(
                 cut = True
                 break
             alphabet = deep_world if deep and deep_world is not None else world
-            sweep()
+            collector.sweep()
             g.expanded[n] = True
             expanded += 1
             rounds_reached = max(rounds_reached, calls)
